@@ -1,0 +1,40 @@
+# make run   - install, build and start the whole service in one process (embedded store, no external server)
+# make test  - install everything the tests need (npm and Debian packages) and run the whole suite
+# make bench - run the benchmarks in bench/ (figures go in README.md)
+
+SHELL := /bin/bash
+NPM_STAMP := node_modules/.install-stamp
+COVERAGE_MIN_LINES ?= 75
+DEV_API_KEYS := dev-key-change-me-000000=demo
+
+.PHONY: run build test test-deps bench clean keys
+
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $(NPM_STAMP)
+
+build: $(NPM_STAMP)
+	npx tsc -p tsconfig.json
+
+run: build
+	@if [ -z "$$API_KEYS" ]; then echo "API_KEYS not set: using the development key 'dev-key-change-me-000000' (account demo, all roles)"; fi
+	API_KEYS="$${API_KEYS:-$(DEV_API_KEYS)}" node dist/main.js
+
+# Debian packages the test suite needs: nats-server, and the MongoDB wire-protocol test server
+# (mockupdb + mongomock). Installed only when missing.
+test-deps:
+	@bash .ci/system-deps.sh
+
+test: $(NPM_STAMP) test-deps
+	npx tsc -p tsconfig.json --noEmit
+	npx tap --allow-incomplete-coverage --coverage-report=json-summary --coverage-report=text-summary
+	node .ci/coverage-gate.mjs $(COVERAGE_MIN_LINES)
+
+bench: build test-deps
+	node --import ./bench/register.mjs bench/run.ts
+
+keys: build
+	node dist/cli/keys.js $(ARGS)
+
+clean:
+	rm -rf dist .tap coverage

@@ -1,0 +1,71 @@
+// The dialer's collections, their document shapes and indexes, in one place.
+import type { IndexSpec } from '../platform/store/index.js'
+
+export const COLLECTIONS = {
+  batches: 'dialer_batches',
+  contacts: 'dialer_contacts',
+  operations: 'dialer_operations',
+  chunkPlans: 'dialer_chunk_plans',
+  blocked: 'dialer_blocked_addresses',
+  logs: 'dialer_batch_logs',
+  idempotency: 'dialer_idempotency_keys',
+  uploads: 'dialer_uploads',
+  importErrors: 'dialer_import_errors',
+} as const
+
+export const INDEXES: Record<string, IndexSpec[]> = {
+  [COLLECTIONS.batches]: [{ name: 'account_created', key: { accountId: 1, createdAt: -1 } }],
+  [COLLECTIONS.contacts]: [
+    { name: 'batch_identifier_unique', key: { batchId: 1, identifier: 1 }, unique: true },
+    { name: 'account_state', key: { accountId: 1, state: 1 } },
+  ],
+  [COLLECTIONS.operations]: [
+    // TTL: documents carry their own absolute expiry (retention differs per kind and phase).
+    { name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 },
+    { name: 'account_status', key: { accountId: 1, kind: 1, status: 1 } },
+  ],
+  [COLLECTIONS.chunkPlans]: [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }],
+  [COLLECTIONS.blocked]: [
+    { name: 'identity_unique', key: { accountId: 1, addressType: 1, address: 1 }, unique: true },
+    { name: 'account_created', key: { accountId: 1, createdAt: -1 } },
+  ],
+  [COLLECTIONS.logs]: [{ name: 'batch_created', key: { batchId: 1, createdAt: -1 } }],
+  [COLLECTIONS.uploads]: [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }],
+  [COLLECTIONS.importErrors]: [{ name: 'batch_row', key: { batchId: 1, row: 1 } }],
+}
+
+export const IDEMPOTENCY_INDEXES: IndexSpec[] = [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }]
+
+export type ContactState = 'pending' | 'in_progress' | 'done' | 'cancelled'
+export const ACTIVE_CONTACT_STATES: ContactState[] = ['pending', 'in_progress']
+
+export interface AddressDoc {
+  address: string
+  type: 'phone' | 'email' | 'whatsapp'
+  priority: number
+}
+
+export interface ContactDoc {
+  _id: string
+  accountId: string
+  batchId: string
+  identifier: string
+  identifierGenerated: boolean
+  name: string
+  addresses: AddressDoc[]
+  scheduledAt: Date | null
+  contactPriority: number | null
+  customFields: Record<string, unknown>
+  state: ContactState
+  nextAttemptAt: Date
+  attempts: number
+  addressAttempts: Record<string, number>
+  createdAt: Date
+  updatedAt: Date
+}
+
+export interface Actor {
+  /** User uuid, or 'system'. */
+  id: string
+  name?: string
+}

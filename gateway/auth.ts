@@ -1,0 +1,126 @@
+// API keys: bootstrap keys from API_KEYS plus keys issued by the `keys` CLI into the store.
+// A key is stored only as its SHA-256 digest (keys are 256-bit random strings, so a fast hash
+// is enough; there is nothing to brute-force), looked up by digest and compared with
+// timingSafeEqual. The key itself is never stored or logged.
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
+import type { Role } from './routes.js'
+import type { Store } from '../platform/store/index.js'
+import { newId, stableId } from '../platform/ids.js'
+
+export const ALL_ROLES: readonly Role[] = ['dialer', 'channel', 'admin', 'reports']
+
+export interface Principal {
+  keyId: string
+  keyName: string
+  accountId: string
+  roles: ReadonlySet<Role>
+}
+
+interface KeyRecord {
+  _id: string
+  digest: string
+  accountId: string
+  roles: Role[]
+  name: string
+  createdAt: Date
+  revokedAt: Date | null
+}
+
+const digestOf = (key: string) => createHash('sha256').update(key, 'utf8').digest('hex')
+
+function sameDigest(a: string, b: string) {
+  const x = Buffer.from(a, 'hex')
+  const y = Buffer.from(b, 'hex')
+  return x.length === y.length && timingSafeEqual(x, y)
+}
+
+function parseRoles(text: string | undefined, source: string): Role[] {
+  if (!text) return [...ALL_ROLES]
+  const roles = text.split('+').map(r => r.trim())
+  for (const role of roles) {
+    if (!ALL_ROLES.includes(role as Role)) throw new Error(`${source}: unknown role "${role}" (roles: ${ALL_ROLES.join(', ')})`)
+  }
+  return roles as Role[]
+}
+
+/** API_KEYS="key=account[:role+role],..."; returns principals by digest. */
+export function parseBootstrapKeys(spec: string): Map<string, Principal> {
+  const keys = new Map<string, Principal>()
+  for (const [position, entry] of spec.split(',').map(s => s.trim()).filter(Boolean).entries()) {
+    const match = /^([^=]+)=([^:]+)(?::(.*))?$/.exec(entry)
+    if (!match) throw new Error(`API_KEYS entry ${position + 1} must look like key=account[:role+role]`)
+    const [, key, accountId, roles] = match
+    if (key!.length < 16) throw new Error(`API_KEYS entry ${position + 1}: a key must be at least 16 characters`)
+    const digest = digestOf(key!)
+    keys.set(digest, {
+      // A stable uuid per bootstrap key, so audit records name it like an issued key.
+      keyId: stableId(`api-key:${digest}`),
+      keyName: `bootstrap key ${position + 1}`,
+      accountId: accountId!,
+      roles: new Set(parseRoles(roles, `API_KEYS entry ${position + 1}`)),
+    })
+  }
+  return keys
+}
+
+export class KeyRegistry {
+  private readonly cache = new Map<string, { principal: Principal | null; until: number }>()
+
+  constructor(
+    private readonly bootstrap: Map<string, Principal>,
+    private readonly store: Store,
+    private readonly cacheMs = 10_000,
+  ) {}
+
+  static collection = 'api_keys'
+
+  async init() {
+    await this.store.ensureIndexes(KeyRegistry.collection, [{ name: 'digest_unique', key: { digest: 1 }, unique: true }])
+  }
+
+  /** Resolves a presented key to its principal, or null. */
+  async authenticate(presented: string | undefined): Promise<Principal | null> {
+    if (!presented) return null
+    const digest = digestOf(presented)
+    for (const [known, principal] of this.bootstrap) if (sameDigest(known, digest)) return principal
+    const cached = this.cache.get(digest)
+    if (cached && cached.until > Date.now()) return cached.principal
+    const record = await this.store.collection<KeyRecord>(KeyRegistry.collection).findOne({ digest, revokedAt: null })
+    const principal =
+      record && sameDigest(record.digest, digest)
+        ? { keyId: record._id, keyName: record.name, accountId: record.accountId, roles: new Set(record.roles) }
+        : null
+    this.cache.set(digest, { principal, until: Date.now() + this.cacheMs })
+    return principal
+  }
+
+  /** Issues a new key; the plaintext is returned once and never stored. */
+  async issue(accountId: string, roles: Role[], name: string): Promise<{ keyId: string; key: string }> {
+    const key = `sk_${randomBytes(32).toString('base64url')}`
+    const keyId = newId()
+    await this.store.collection<KeyRecord>(KeyRegistry.collection).insertOne({
+      _id: keyId,
+      digest: digestOf(key),
+      accountId,
+      roles,
+      name,
+      createdAt: new Date(),
+      revokedAt: null,
+    })
+    return { keyId, key }
+  }
+
+  async revoke(keyId: string): Promise<boolean> {
+    const r = await this.store
+      .collection<KeyRecord>(KeyRegistry.collection)
+      .updateOne({ _id: keyId, revokedAt: null }, { $set: { revokedAt: new Date() } })
+    return r.matchedCount === 1
+  }
+
+  async list(accountId?: string) {
+    const records = await this.store
+      .collection<KeyRecord>(KeyRegistry.collection)
+      .find(accountId ? { accountId } : {}, { sort: { createdAt: 1 } })
+    return records.map(r => ({ keyId: r._id, accountId: r.accountId, roles: r.roles, name: r.name, createdAt: r.createdAt, revokedAt: r.revokedAt }))
+  }
+}

@@ -1,0 +1,81 @@
+// What a module hands the gateway: a table of routes. Handlers never see uWebSockets.js;
+// they get a plain request and return a result (or, for streams, drive an EventSink).
+import type { Principal } from './auth.js'
+
+export type Role = 'dialer' | 'channel' | 'admin' | 'reports'
+export type Method = 'get' | 'post' | 'put' | 'patch' | 'del'
+
+export interface RequestContext {
+  method: string
+  url: string
+  params: Record<string, string>
+  query: URLSearchParams
+  /** Lower-cased header names. */
+  headers: Record<string, string>
+  body: Buffer
+  principal: Principal
+  requestId: string
+  /** Parses the body as JSON; an empty body is `undefined`; malformed JSON is a 400. */
+  json(): unknown
+  /** Resolves when the client goes away (stream routes use it to clean up). */
+  aborted: Promise<void>
+}
+
+export interface JsonResult {
+  status: number
+  body?: unknown
+  headers?: Record<string, string>
+}
+
+/** A long-lived response (SSE). The handler writes frames; the gateway handles backpressure. */
+export interface StreamSink {
+  /** Returns false when the client buffer is over its limit (the caller should drop it). */
+  write(chunk: string): boolean
+  end(): void
+  readonly closed: boolean
+  onClose(listener: () => void): void
+}
+
+interface RouteBase {
+  method: Method
+  /** uWebSockets.js pattern, e.g. /dialer/v1/batches/:batchId */
+  path: string
+  summary: string
+  tag: string
+  /** Role required; `null` means no API key (health, signed uploads). */
+  role: Role | null
+  /** JSON Schema id of the request body, published in the OpenAPI document. */
+  requestSchema?: string
+  responses?: Record<string, { description: string; schema?: string }>
+  /** Headers this route requires beyond `apikey` (e.g. UserId), documented in OpenAPI. */
+  requiredHeaders?: string[]
+}
+
+export interface JsonRoute extends RouteBase {
+  kind?: 'json'
+  handle(ctx: RequestContext): Promise<JsonResult>
+}
+
+/** Receives the body as a stream of chunks (uploads); nothing is buffered whole. */
+export interface UploadRoute extends RouteBase {
+  kind: 'upload'
+  handle(ctx: Omit<RequestContext, 'body' | 'json'>, body: AsyncIterable<Buffer>): Promise<JsonResult>
+}
+
+export interface StreamRoute extends RouteBase {
+  kind: 'stream'
+  /** Called once the body is read. Throwing ApiError before the first write answers JSON. */
+  open(ctx: RequestContext, start: (headers?: Record<string, string>) => StreamSink): Promise<void>
+}
+
+export type Route = JsonRoute | UploadRoute | StreamRoute
+
+/** What each module (dialer, engine, reports) exposes to the service that assembles them. */
+export interface ServiceModule {
+  readonly name: string
+  readonly routes: Route[]
+  /** Creates indexes, starts workers. */
+  start(): Promise<void>
+  /** Stops workers and timers; in-flight work finishes or is left for redelivery. */
+  stop(): Promise<void>
+}

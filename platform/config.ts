@@ -1,0 +1,117 @@
+// Service configuration, read once from the environment and validated at start so that a
+// typo fails loudly before any port is opened.
+
+export type ProcessRole = 'all' | 'gateway' | 'engine' | 'worker'
+
+export interface Config {
+  role: ProcessRole
+  port: number
+  host: string
+  /** Public root used to build absolute URLs (signed upload URLs). */
+  publicBaseUrl: string
+  mongoUrl?: string
+  /** Idempotency records may live in a separate MongoDB; defaults to mongoUrl. */
+  idempotencyMongoUrl?: string
+  natsUrl?: string
+  /** Embedded mode keeps uploads here. */
+  dataDir: string
+  apiKeys: string
+  maxBodyBytes: number
+  maxUploadBytes: number
+  dialer: {
+    maxActiveContacts: number
+    chunkSize: number
+    uploadSigningSecret: string
+    workerConcurrency: number
+  }
+  channel: {
+    heartbeatMs: number
+    replayBufferEvents: number
+    consumerBufferBytes: number
+  }
+  crewsFile: string
+  reportsFile: string
+  logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent'
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError'
+}
+
+type Env = Record<string, string | undefined>
+
+function int(env: Env, name: string, fallback: number, min = 0): number {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return fallback
+  if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be a whole number, got "${raw}"`)
+  const value = Number(raw)
+  if (value < min) throw new ConfigError(`${name} must be at least ${min}, got ${value}`)
+  return value
+}
+
+function url(env: Env, name: string, schemes: string[]): string | undefined {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return undefined
+  let parsed: URL
+  try {
+    parsed = new URL(raw)
+  } catch {
+    throw new ConfigError(`${name} is not a valid URL`)
+  }
+  if (!schemes.includes(parsed.protocol.replace(/:$/, ''))) {
+    throw new ConfigError(`${name} must use one of ${schemes.join(', ')}; got ${parsed.protocol}`)
+  }
+  return raw
+}
+
+function oneOf<T extends string>(env: Env, name: string, values: readonly T[], fallback: T): T {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return fallback
+  if (!values.includes(raw as T)) {
+    throw new ConfigError(`${name} must be one of ${values.join(', ')}; got "${raw}"`)
+  }
+  return raw as T
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const port = int(env, 'PORT', 8080)
+  if (port > 65535) throw new ConfigError(`PORT must be at most 65535, got ${port}`)
+  const host = env.HOST || '0.0.0.0'
+  const mongoUrl = url(env, 'MONGO_URL', ['mongodb', 'mongodb+srv'])
+  const signingSecret = env.UPLOAD_SIGNING_SECRET || ''
+  if ((mongoUrl || env.NATS_URL) && signingSecret.length > 0 && signingSecret.length < 32) {
+    throw new ConfigError('UPLOAD_SIGNING_SECRET must be at least 32 characters')
+  }
+  return {
+    role: oneOf(env, 'ROLE', ['all', 'gateway', 'engine', 'worker'] as const, 'all'),
+    port,
+    host,
+    publicBaseUrl: (env.PUBLIC_BASE_URL || `http://127.0.0.1:${port}`).replace(/\/$/, ''),
+    mongoUrl,
+    idempotencyMongoUrl: url(env, 'IDEMPOTENCY_MONGO_URL', ['mongodb', 'mongodb+srv']) ?? mongoUrl,
+    natsUrl: url(env, 'NATS_URL', ['nats', 'tls', 'ws', 'wss']),
+    dataDir: env.DATA_DIR || '.data',
+    apiKeys: env.API_KEYS ?? '',
+    maxBodyBytes: int(env, 'MAX_BODY_BYTES', 5 * 1024 * 1024, 1024),
+    maxUploadBytes: int(env, 'MAX_UPLOAD_BYTES', 1024 * 1024 * 1024, 1024),
+    dialer: {
+      maxActiveContacts: int(env, 'DIALER_MAX_ACTIVE_CONTACTS', 1_000_000, 1),
+      chunkSize: int(env, 'DIALER_CHUNK_SIZE', 250, 1),
+      // A random secret per process is fine for one embedded node; a cluster must share one.
+      uploadSigningSecret: signingSecret || randomSecret(),
+      workerConcurrency: int(env, 'DIALER_WORKER_CONCURRENCY', 4, 1),
+    },
+    channel: {
+      heartbeatMs: int(env, 'SSE_HEARTBEAT_MS', 30_000, 10),
+      replayBufferEvents: int(env, 'SSE_REPLAY_BUFFER_EVENTS', 1000, 1),
+      consumerBufferBytes: int(env, 'SSE_CONSUMER_BUFFER_BYTES', 1024 * 1024, 1024),
+    },
+    crewsFile: env.CREWS_FILE || 'config/crews.json',
+    reportsFile: env.REPORTS_FILE || 'config/reports.json',
+    logLevel: oneOf(env, 'LOG_LEVEL', ['debug', 'info', 'warn', 'error', 'silent'] as const, 'info'),
+  }
+}
+
+function randomSecret(): string {
+  return Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url')
+}

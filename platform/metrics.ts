@@ -1,0 +1,73 @@
+// One prom-client registry per service instance (tests run several in one process, so the
+// global default registry is never used).
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+
+export interface Metrics {
+  registry: Registry
+  httpRequests: Counter<'route' | 'method' | 'status'>
+  httpDuration: Histogram<'route' | 'method'>
+  queueDepth: Gauge<'queue'>
+  operationsInFlight: Gauge<'kind'>
+  chunksProcessed: Counter<'outcome'>
+  sseStreamsOpen: Gauge
+  sseClientDisconnects: Counter
+  sseSlowConsumersDropped: Counter
+  sessionsLive: Gauge<'crew'>
+}
+
+export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
+  const registry = new Registry()
+  if (options.defaultMetrics) collectDefaultMetrics({ register: registry })
+  const registers = [registry]
+  return {
+    registry,
+    httpRequests: new Counter({
+      name: 'switchboard_http_requests_total',
+      help: 'HTTP requests by route template, method and status code',
+      labelNames: ['route', 'method', 'status'],
+      registers,
+    }),
+    httpDuration: new Histogram({
+      name: 'switchboard_http_request_duration_seconds',
+      help: 'HTTP request latency by route template (until the response is complete or the stream opens)',
+      labelNames: ['route', 'method'],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers,
+    }),
+    queueDepth: new Gauge({
+      name: 'switchboard_queue_depth',
+      help: 'Messages waiting in a work queue',
+      labelNames: ['queue'],
+      registers,
+    }),
+    operationsInFlight: new Gauge({
+      name: 'switchboard_operations_in_flight',
+      help: 'Dialer operations not yet finished, by kind',
+      labelNames: ['kind'],
+      registers,
+    }),
+    chunksProcessed: new Counter({
+      name: 'switchboard_dialer_chunks_processed_total',
+      help: 'Contact-load chunks processed by workers',
+      labelNames: ['outcome'],
+      registers,
+    }),
+    sseStreamsOpen: new Gauge({ name: 'switchboard_sse_streams_open', help: 'Open SSE streams', registers }),
+    sseClientDisconnects: new Counter({
+      name: 'switchboard_sse_client_disconnects_total',
+      help: 'SSE streams closed by the client side',
+      registers,
+    }),
+    sseSlowConsumersDropped: new Counter({
+      name: 'switchboard_sse_slow_consumers_dropped_total',
+      help: 'SSE consumers dropped because their buffer overflowed',
+      registers,
+    }),
+    sessionsLive: new Gauge({
+      name: 'switchboard_sessions_live',
+      help: 'Live assistant sessions hosted by this process, by crew',
+      labelNames: ['crew'],
+      registers,
+    }),
+  }
+}

@@ -1,0 +1,3 @@
+export * from './types.js'
+export { MemoryStore } from './memory-store.js'
+export { MongoStore } from './mongo-store.js'

@@ -1,0 +1,299 @@
+// The embedded store: documents live in this process and the same MongoDB filter, update and
+// pipeline documents the repositories send to the driver are evaluated by mingo. Unique and
+// TTL indexes are enforced here too, so repository code behaves alike on both stores.
+// Nothing survives a restart: this is the single-node / development default.
+import { randomUUID } from 'node:crypto'
+import { aggregate, find, update as applyUpdate } from 'mingo'
+import {
+  type BulkOp,
+  type BulkResult,
+  type Collection,
+  type Doc,
+  DuplicateKeyError,
+  type Filter,
+  type FindOptions,
+  type IndexSpec,
+  type Sort,
+  type Store,
+  type Update,
+  type UpdateResult,
+} from './types.js'
+import { type Clock, systemClock } from '../clock.js'
+
+const emptyBulk = (): BulkResult => ({
+  insertedCount: 0,
+  matchedCount: 0,
+  modifiedCount: 0,
+  upsertedCount: 0,
+  deletedCount: 0,
+  duplicateKeyIndexes: [],
+})
+
+const clone = <T>(value: T): T => structuredClone(value)
+
+function getPath(doc: Record<string, any>, path: string): unknown {
+  let value: any = doc
+  for (const part of path.split('.')) {
+    if (value === null || typeof value !== 'object') return null
+    value = value[part]
+  }
+  return value === undefined ? null : value
+}
+
+class UniqueIndex {
+  private readonly entries = new Map<string, string>()
+  constructor(readonly spec: IndexSpec) {}
+  keyOf(doc: Doc): string {
+    return JSON.stringify(Object.keys(this.spec.key).map(path => getPath(doc, path)))
+  }
+  conflicts(doc: Doc): boolean {
+    const owner = this.entries.get(this.keyOf(doc))
+    return owner !== undefined && owner !== doc._id
+  }
+  add(doc: Doc) {
+    this.entries.set(this.keyOf(doc), doc._id)
+  }
+  remove(doc: Doc) {
+    const key = this.keyOf(doc)
+    if (this.entries.get(key) === doc._id) this.entries.delete(key)
+  }
+}
+
+class MemoryCollection<T extends Doc> implements Collection<T> {
+  private readonly docs = new Map<string, T>()
+  private readonly unique: UniqueIndex[] = []
+  private readonly ttl: IndexSpec[] = []
+
+  constructor(readonly name: string, private readonly clock: Clock) {}
+
+  addIndex(spec: IndexSpec) {
+    if (spec.unique && !this.unique.some(u => u.spec.name === spec.name)) {
+      const index = new UniqueIndex(spec)
+      for (const doc of this.docs.values()) index.add(doc)
+      this.unique.push(index)
+    }
+    if (spec.expireAfterSeconds !== undefined && !this.ttl.some(t => t.name === spec.name)) this.ttl.push(spec)
+  }
+
+  /** mongod's TTL rule: a Date field plus expireAfterSeconds in the past. */
+  sweepExpired() {
+    if (this.ttl.length === 0) return
+    const now = this.clock.now()
+    for (const doc of [...this.docs.values()]) {
+      for (const spec of this.ttl) {
+        const field = Object.keys(spec.key)[0]!
+        const value = getPath(doc, field)
+        if (value instanceof Date && value.getTime() + spec.expireAfterSeconds! * 1000 <= now) {
+          this.remove(doc)
+          break
+        }
+      }
+    }
+  }
+
+  private candidates(filter: Filter): T[] {
+    // A point lookup by _id is the common case; everything else is a scan.
+    if (typeof filter._id === 'string') {
+      const doc = this.docs.get(filter._id)
+      return doc ? [doc] : []
+    }
+    return [...this.docs.values()]
+  }
+
+  private matching(filter: Filter, options: FindOptions = {}): T[] {
+    let cursor = find(this.candidates(filter), filter)
+    if (options.sort) cursor = cursor.sort(options.sort)
+    if (options.skip) cursor = cursor.skip(options.skip)
+    if (options.limit) cursor = cursor.limit(options.limit)
+    return cursor.all() as T[]
+  }
+
+  private store(doc: T, previous?: T) {
+    for (const index of this.unique) {
+      if (index.conflicts(doc)) {
+        throw new DuplicateKeyError(`E11000 duplicate key error collection: ${this.name} index: ${index.spec.name}`)
+      }
+    }
+    if (previous) for (const index of this.unique) index.remove(previous)
+    for (const index of this.unique) index.add(doc)
+    this.docs.set(doc._id, doc)
+  }
+
+  private remove(doc: T) {
+    for (const index of this.unique) index.remove(doc)
+    this.docs.delete(doc._id)
+  }
+
+  async insertOne(doc: T) {
+    this.insert(doc)
+  }
+
+  private insert(doc: T) {
+    if (this.docs.has(doc._id)) {
+      throw new DuplicateKeyError(`E11000 duplicate key error collection: ${this.name} index: _id_`)
+    }
+    this.store(clone(doc))
+  }
+
+  async insertMany(docs: T[], options: { ordered?: boolean } = {}) {
+    return this.bulkWrite(docs.map(document => ({ insertOne: { document } })), options)
+  }
+
+  async findOne(filter: Filter, options: FindOptions = {}) {
+    const [doc] = this.matching(filter, { ...options, limit: 1 })
+    return doc ? this.project(clone(doc), options.projection) : null
+  }
+
+  async find(filter: Filter, options: FindOptions = {}) {
+    return this.matching(filter, options).map(doc => this.project(clone(doc), options.projection))
+  }
+
+  private project(doc: T, projection?: Record<string, 0 | 1>): T {
+    if (!projection) return doc
+    return find([doc], {}, projection).all()[0] as T
+  }
+
+  async countDocuments(filter: Filter) {
+    return this.matching(filter).length
+  }
+
+  private updateDoc(doc: T, update: Update): boolean {
+    const next = clone(doc)
+    const { $setOnInsert: _ignored, ...modifier } = update
+    const changed = applyUpdate(next, modifier as any).length > 0
+    if (changed) this.store(next, doc)
+    return changed
+  }
+
+  private upsert(filter: Filter, update: Update): string {
+    const seed: Record<string, any> = {}
+    for (const [k, v] of Object.entries(filter)) {
+      if (!k.startsWith('$') && (v === null || typeof v !== 'object' || v instanceof Date || Array.isArray(v))) seed[k] = v
+      else if (!k.startsWith('$') && v && typeof v === 'object' && '$eq' in v) seed[k] = v.$eq
+    }
+    const doc = { _id: randomUUID(), ...seed } as Record<string, any>
+    const { $setOnInsert, ...modifier } = update
+    applyUpdate(doc, modifier as any)
+    if ($setOnInsert) applyUpdate(doc, { $set: $setOnInsert } as any)
+    this.insert(doc as T)
+    return doc._id
+  }
+
+  async updateOne(filter: Filter, update: Update, options: { upsert?: boolean } = {}): Promise<UpdateResult> {
+    return this.updateOneSync(filter, update, options)
+  }
+
+  private updateOneSync(filter: Filter, update: Update, options: { upsert?: boolean; sort?: Sort } = {}): UpdateResult {
+    const [doc] = this.matching(filter, { limit: 1, sort: options.sort })
+    if (doc) return { matchedCount: 1, modifiedCount: this.updateDoc(doc, update) ? 1 : 0, upsertedId: null }
+    if (options.upsert) return { matchedCount: 0, modifiedCount: 0, upsertedId: this.upsert(filter, update) }
+    return { matchedCount: 0, modifiedCount: 0, upsertedId: null }
+  }
+
+  async updateMany(filter: Filter, update: Update): Promise<UpdateResult> {
+    return this.updateManySync(filter, update)
+  }
+
+  private updateManySync(filter: Filter, update: Update): UpdateResult {
+    const docs = this.matching(filter)
+    let modifiedCount = 0
+    for (const doc of docs) if (this.updateDoc(doc, update)) modifiedCount++
+    return { matchedCount: docs.length, modifiedCount, upsertedId: null }
+  }
+
+  async findOneAndUpdate(
+    filter: Filter,
+    update: Update,
+    options: { upsert?: boolean; returnDocument?: 'before' | 'after'; sort?: Sort } = {},
+  ) {
+    const [before] = this.matching(filter, { limit: 1, sort: options.sort })
+    const result = this.updateOneSync(filter, update, options)
+    const id = before?._id ?? result.upsertedId
+    if (options.returnDocument === 'before') return before ? clone(before) : null
+    const after = id ? this.docs.get(id) : undefined
+    return after ? clone(after) : null
+  }
+
+  async deleteOne(filter: Filter) {
+    const [doc] = this.matching(filter, { limit: 1 })
+    if (!doc) return 0
+    this.remove(doc)
+    return 1
+  }
+
+  async deleteMany(filter: Filter) {
+    const docs = this.matching(filter)
+    for (const doc of docs) this.remove(doc)
+    return docs.length
+  }
+
+  async bulkWrite(ops: BulkOp[], options: { ordered?: boolean } = {}): Promise<BulkResult> {
+    const ordered = options.ordered ?? true
+    const result = emptyBulk()
+    for (const [index, op] of ops.entries()) {
+      try {
+        if ('insertOne' in op) {
+          this.insert(op.insertOne.document as T)
+          result.insertedCount++
+        } else if ('updateOne' in op) {
+          const r = this.updateOneSync(op.updateOne.filter, op.updateOne.update, { upsert: op.updateOne.upsert })
+          result.matchedCount += r.matchedCount
+          result.modifiedCount += r.modifiedCount
+          if (r.upsertedId) result.upsertedCount++
+        } else if ('updateMany' in op) {
+          const r = this.updateManySync(op.updateMany.filter, op.updateMany.update)
+          result.matchedCount += r.matchedCount
+          result.modifiedCount += r.modifiedCount
+        } else if ('deleteOne' in op) {
+          result.deletedCount += await this.deleteOne(op.deleteOne.filter)
+        } else {
+          result.deletedCount += await this.deleteMany(op.deleteMany.filter)
+        }
+      } catch (error) {
+        if (!(error instanceof DuplicateKeyError)) throw error
+        result.duplicateKeyIndexes.push(index)
+        if (ordered) break
+      }
+    }
+    return result
+  }
+
+  async aggregate<R>(pipeline: Record<string, any>[]): Promise<R[]> {
+    const first = pipeline[0]
+    const source = first && '$match' in first ? this.candidates(first.$match) : [...this.docs.values()]
+    return clone(aggregate(source, pipeline) as R[])
+  }
+}
+
+export class MemoryStore implements Store {
+  readonly kind = 'memory' as const
+  private readonly collections = new Map<string, MemoryCollection<any>>()
+  private readonly sweeper: NodeJS.Timeout
+
+  constructor(private readonly clock: Clock = systemClock, sweepIntervalMs = 1000) {
+    this.sweeper = setInterval(() => this.sweep(), sweepIntervalMs)
+    this.sweeper.unref()
+  }
+
+  collection<T extends Doc = Doc>(name: string): Collection<T> {
+    let collection = this.collections.get(name)
+    if (!collection) {
+      collection = new MemoryCollection<T>(name, this.clock)
+      this.collections.set(name, collection)
+    }
+    return collection
+  }
+
+  async ensureIndexes(name: string, indexes: IndexSpec[]) {
+    const collection = this.collection(name) as MemoryCollection<Doc>
+    for (const spec of indexes) collection.addIndex(spec)
+  }
+
+  sweep() {
+    for (const collection of this.collections.values()) collection.sweepExpired()
+  }
+
+  async close() {
+    clearInterval(this.sweeper)
+  }
+}

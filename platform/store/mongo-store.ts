@@ -1,0 +1,183 @@
+// The production store: the official MongoDB driver. Driver errors are translated into the
+// two the repositories care about (duplicate key, unavailable); everything else propagates.
+import {
+  type AnyBulkWriteOperation,
+  MongoBulkWriteError,
+  MongoClient,
+  type MongoClientOptions,
+  MongoNetworkError,
+  MongoServerError,
+  MongoServerSelectionError,
+  type Collection as DriverCollection,
+  type Db,
+} from 'mongodb'
+import {
+  type BulkOp,
+  type BulkResult,
+  type Collection,
+  type Doc,
+  DuplicateKeyError,
+  type Filter,
+  type FindOptions,
+  type IndexSpec,
+  type Sort,
+  type Store,
+  StoreUnavailableError,
+  type Update,
+} from './types.js'
+
+function translate(error: unknown): never {
+  if (error instanceof MongoServerError && error.code === 11000) throw new DuplicateKeyError(error.message)
+  if (error instanceof MongoServerSelectionError || error instanceof MongoNetworkError) {
+    throw new StoreUnavailableError(error.message)
+  }
+  throw error
+}
+
+async function guard<R>(work: () => Promise<R>): Promise<R> {
+  try {
+    return await work()
+  } catch (error) {
+    translate(error)
+  }
+}
+
+class MongoCollection<T extends Doc> implements Collection<T> {
+  constructor(private readonly inner: DriverCollection<any>) {}
+  get name() {
+    return this.inner.collectionName
+  }
+
+  insertOne(doc: T) {
+    return guard(async () => {
+      await this.inner.insertOne(doc)
+    })
+  }
+
+  insertMany(docs: T[], options: { ordered?: boolean } = {}) {
+    return this.bulkWrite(docs.map(document => ({ insertOne: { document } })), options)
+  }
+
+  findOne(filter: Filter, options: FindOptions = {}) {
+    return guard(() => this.inner.findOne(filter, options) as Promise<T | null>)
+  }
+
+  find(filter: Filter, options: FindOptions = {}) {
+    return guard(() => this.inner.find(filter, options).toArray() as Promise<T[]>)
+  }
+
+  countDocuments(filter: Filter) {
+    return guard(() => this.inner.countDocuments(filter))
+  }
+
+  updateOne(filter: Filter, update: Update, options: { upsert?: boolean } = {}) {
+    return guard(async () => {
+      const r = await this.inner.updateOne(filter, update, options)
+      return { matchedCount: r.matchedCount, modifiedCount: r.modifiedCount, upsertedId: (r.upsertedId as any) ?? null }
+    })
+  }
+
+  updateMany(filter: Filter, update: Update) {
+    return guard(async () => {
+      const r = await this.inner.updateMany(filter, update)
+      return { matchedCount: r.matchedCount, modifiedCount: r.modifiedCount, upsertedId: null }
+    })
+  }
+
+  findOneAndUpdate(
+    filter: Filter,
+    update: Update,
+    options: { upsert?: boolean; returnDocument?: 'before' | 'after'; sort?: Sort } = {},
+  ) {
+    return guard(
+      () =>
+        this.inner.findOneAndUpdate(filter, update, {
+          upsert: options.upsert,
+          sort: options.sort,
+          returnDocument: options.returnDocument ?? 'after',
+          includeResultMetadata: false,
+        }) as Promise<T | null>,
+    )
+  }
+
+  deleteOne(filter: Filter) {
+    return guard(async () => (await this.inner.deleteOne(filter)).deletedCount)
+  }
+
+  deleteMany(filter: Filter) {
+    return guard(async () => (await this.inner.deleteMany(filter)).deletedCount)
+  }
+
+  async bulkWrite(ops: BulkOp[], options: { ordered?: boolean } = {}): Promise<BulkResult> {
+    if (ops.length === 0) {
+      return { insertedCount: 0, matchedCount: 0, modifiedCount: 0, upsertedCount: 0, deletedCount: 0, duplicateKeyIndexes: [] }
+    }
+    try {
+      const r = await this.inner.bulkWrite(ops as AnyBulkWriteOperation<any>[], { ordered: options.ordered ?? true })
+      return {
+        insertedCount: r.insertedCount,
+        matchedCount: r.matchedCount,
+        modifiedCount: r.modifiedCount,
+        upsertedCount: r.upsertedCount,
+        deletedCount: r.deletedCount,
+        duplicateKeyIndexes: [],
+      }
+    } catch (error) {
+      if (!(error instanceof MongoBulkWriteError)) translate(error)
+      const errors = Array.isArray(error.writeErrors) ? error.writeErrors : [error.writeErrors]
+      if (errors.some(e => e.code !== 11000)) throw error
+      const r = error.result
+      return {
+        insertedCount: r.insertedCount,
+        matchedCount: r.matchedCount,
+        modifiedCount: r.modifiedCount,
+        upsertedCount: r.upsertedCount,
+        deletedCount: r.deletedCount,
+        duplicateKeyIndexes: errors.map(e => e.index),
+      }
+    }
+  }
+
+  aggregate<R>(pipeline: Record<string, any>[]) {
+    return guard(() => this.inner.aggregate(pipeline, { allowDiskUse: true }).toArray() as Promise<R[]>)
+  }
+}
+
+export class MongoStore implements Store {
+  readonly kind = 'mongo' as const
+  private constructor(private readonly client: MongoClient, private readonly db: Db) {}
+
+  static async connect(url: string, options: MongoClientOptions = {}): Promise<MongoStore> {
+    const store = MongoStore.lazy(url, options)
+    await guard(() => store.client.connect())
+    return store
+  }
+
+  /** Connects on first use; for optional dependencies that must not block start-up. */
+  static lazy(url: string, options: MongoClientOptions = {}): MongoStore {
+    const client = new MongoClient(url, { serverSelectionTimeoutMS: 5000, ...options })
+    return new MongoStore(client, client.db())
+  }
+
+  collection<T extends Doc = Doc>(name: string): Collection<T> {
+    return new MongoCollection<T>(this.db.collection(name))
+  }
+
+  async ensureIndexes(name: string, indexes: IndexSpec[]) {
+    if (indexes.length === 0) return
+    await guard(() =>
+      this.db.collection(name).createIndexes(
+        indexes.map(spec => ({
+          name: spec.name,
+          key: spec.key,
+          ...(spec.unique ? { unique: true } : {}),
+          ...(spec.expireAfterSeconds !== undefined ? { expireAfterSeconds: spec.expireAfterSeconds } : {}),
+        })),
+      ),
+    )
+  }
+
+  async close() {
+    await this.client.close()
+  }
+}

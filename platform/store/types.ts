@@ -1,0 +1,83 @@
+// The storage seam. Repositories speak the MongoDB collection language once (filters, update
+// operators, pipelines); MongoStore hands those documents to the driver and MemoryStore
+// evaluates them in-process with mingo. Only the methods below exist, so both stay alike.
+
+export type Doc = { _id: string } & Record<string, any>
+export type Filter = Record<string, any>
+export type Update = Record<string, any>
+export type Sort = Record<string, 1 | -1>
+
+export interface IndexSpec {
+  name: string
+  key: Record<string, 1 | -1>
+  unique?: boolean
+  /** TTL: the indexed field is a Date; the document expires that many seconds after it. */
+  expireAfterSeconds?: number
+}
+
+export interface FindOptions {
+  sort?: Sort
+  skip?: number
+  limit?: number
+  projection?: Record<string, 0 | 1>
+}
+
+export type BulkOp =
+  | { insertOne: { document: Doc } }
+  | { updateOne: { filter: Filter; update: Update; upsert?: boolean } }
+  | { updateMany: { filter: Filter; update: Update } }
+  | { deleteOne: { filter: Filter } }
+  | { deleteMany: { filter: Filter } }
+
+export interface BulkResult {
+  insertedCount: number
+  matchedCount: number
+  modifiedCount: number
+  upsertedCount: number
+  deletedCount: number
+  /** Operations rejected by a unique index (ordered:false keeps going past them). */
+  duplicateKeyIndexes: number[]
+}
+
+export interface UpdateResult {
+  matchedCount: number
+  modifiedCount: number
+  upsertedId: string | null
+}
+
+export class DuplicateKeyError extends Error {
+  override name = 'DuplicateKeyError'
+  readonly code = 11000
+}
+
+/** The store could not be reached; callers decide whether to degrade (idempotency does). */
+export class StoreUnavailableError extends Error {
+  override name = 'StoreUnavailableError'
+}
+
+export interface Collection<T extends Doc = Doc> {
+  readonly name: string
+  insertOne(doc: T): Promise<void>
+  insertMany(docs: T[], options?: { ordered?: boolean }): Promise<BulkResult>
+  findOne(filter: Filter, options?: FindOptions): Promise<T | null>
+  find(filter: Filter, options?: FindOptions): Promise<T[]>
+  countDocuments(filter: Filter): Promise<number>
+  updateOne(filter: Filter, update: Update, options?: { upsert?: boolean }): Promise<UpdateResult>
+  updateMany(filter: Filter, update: Update): Promise<UpdateResult>
+  findOneAndUpdate(
+    filter: Filter,
+    update: Update,
+    options?: { upsert?: boolean; returnDocument?: 'before' | 'after'; sort?: Sort },
+  ): Promise<T | null>
+  deleteOne(filter: Filter): Promise<number>
+  deleteMany(filter: Filter): Promise<number>
+  bulkWrite(ops: BulkOp[], options?: { ordered?: boolean }): Promise<BulkResult>
+  aggregate<R = Record<string, any>>(pipeline: Record<string, any>[]): Promise<R[]>
+}
+
+export interface Store {
+  readonly kind: 'memory' | 'mongo'
+  collection<T extends Doc = Doc>(name: string): Collection<T>
+  ensureIndexes(collection: string, indexes: IndexSpec[]): Promise<void>
+  close(): Promise<void>
+}

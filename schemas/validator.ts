@@ -1,0 +1,127 @@
+// One ajv instance compiles every schema once (all errors, verbose so each error carries the
+// sub-schema it broke). Schemas may annotate a constraint with `x-code` (the error code the
+// API reports) and `x-expected` (what a valid value looks like); the issues returned here are
+// the single source for every 400 body that lists problems.
+import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js'
+import addFormats from 'ajv-formats'
+
+export interface ValidationIssue {
+  /** Path as clients write it: contacts[0].addresses[1].address */
+  field: string
+  code: string
+  reason: string
+  meta?: { received?: unknown; expected?: unknown }
+}
+
+export type JsonSchema = Record<string, unknown>
+
+const DEFAULT_CODES: Record<string, string> = {
+  required: 'REQUIRED',
+  type: 'INVALID_TYPE',
+  enum: 'INVALID_VALUE',
+  const: 'INVALID_VALUE',
+  format: 'INVALID_FORMAT',
+  pattern: 'INVALID_FORMAT',
+  minLength: 'INVALID_LENGTH',
+  maxLength: 'INVALID_LENGTH',
+  minItems: 'INVALID_LENGTH',
+  maxItems: 'INVALID_LENGTH',
+  minimum: 'OUT_OF_RANGE',
+  maximum: 'OUT_OF_RANGE',
+  exclusiveMinimum: 'OUT_OF_RANGE',
+  exclusiveMaximum: 'OUT_OF_RANGE',
+  additionalProperties: 'UNKNOWN_FIELD',
+  minProperties: 'REQUIRED',
+  maxProperties: 'INVALID_LENGTH',
+  uniqueItems: 'DUPLICATE_VALUE',
+}
+
+// Wrapper keywords whose inner errors already say what is wrong.
+const WRAPPERS = new Set(['if', 'then', 'else', 'allOf', 'not'])
+
+/** JSON Pointer (/contacts/0/name) to the client's notation (contacts[0].name). */
+export function toFieldPath(pointer: string, prefix = ''): string {
+  let path = prefix
+  for (const raw of pointer.split('/').slice(1)) {
+    const part = raw.replace(/~1/g, '/').replace(/~0/g, '~')
+    path += /^\d+$/.test(part) ? `[${part}]` : path ? `.${part}` : part
+  }
+  return path
+}
+
+function issueOf(error: ErrorObject, data: unknown, prefix: string): ValidationIssue {
+  const parent = (error.parentSchema ?? {}) as Record<string, unknown>
+  const base = toFieldPath(error.instancePath, prefix)
+  if (error.keyword === 'required') {
+    const missing = (error.params as { missingProperty: string }).missingProperty
+    const field = base ? `${base}.${missing}` : missing
+    return { field, code: 'REQUIRED', reason: `${field} is required` }
+  }
+  if (error.keyword === 'additionalProperties') {
+    const extra = (error.params as { additionalProperty: string }).additionalProperty
+    const field = base ? `${base}.${extra}` : extra
+    return { field, code: 'UNKNOWN_FIELD', reason: `${field} is not a known field` }
+  }
+  const code = (parent['x-code'] as string | undefined) ?? DEFAULT_CODES[error.keyword] ?? 'INVALID_VALUE'
+  const expected = parent['x-expected'] ?? defaultExpected(error)
+  const field = base || '(body)'
+  if (code === 'REQUIRED') return { field, code, reason: `${field} is required and must not be empty` }
+  return {
+    field,
+    code,
+    reason: expected ? `${field} ${error.message}; expected ${expected}` : `${field} ${error.message}`,
+    meta: { received: error.data ?? valueAt(data, error.instancePath), ...(expected ? { expected } : {}) },
+  }
+}
+
+function defaultExpected(error: ErrorObject): string | undefined {
+  const p = error.params as Record<string, unknown>
+  switch (error.keyword) {
+    case 'enum':
+      return `one of ${(p.allowedValues as unknown[]).join(', ')}`
+    case 'type':
+      return String(p.type)
+    case 'format':
+      return String(p.format)
+    default:
+      return undefined
+  }
+}
+
+function valueAt(data: unknown, pointer: string): unknown {
+  let value: any = data
+  for (const part of pointer.split('/').slice(1)) value = value?.[part]
+  return value
+}
+
+export class SchemaRegistry {
+  private readonly ajv = new Ajv2020({ allErrors: true, verbose: true, strict: true, strictRequired: false, allowUnionTypes: true })
+  private readonly compiled = new Map<string, ValidateFunction>()
+  readonly all = new Map<string, JsonSchema>()
+
+  constructor(groups: Record<string, JsonSchema>[]) {
+    addFormats.default(this.ajv)
+    this.ajv.addVocabulary(['x-code', 'x-expected', 'example', 'x-role'])
+    for (const group of groups) for (const [id, schema] of Object.entries(group)) this.all.set(id, schema)
+    for (const [id, schema] of this.all) this.ajv.addSchema({ ...schema, $id: id })
+    for (const id of this.all.keys()) this.compiled.set(id, this.ajv.getSchema(id)!)
+  }
+
+  /** Validates `data`; returns every problem found (empty when valid). */
+  validate(id: string, data: unknown, fieldPrefix = ''): ValidationIssue[] {
+    const validate = this.compiled.get(id)
+    if (!validate) throw new Error(`Unknown schema ${id}`)
+    if (validate(data)) return []
+    const seen = new Set<string>()
+    const issues: ValidationIssue[] = []
+    for (const error of validate.errors ?? []) {
+      if (WRAPPERS.has(error.keyword)) continue
+      const issue = issueOf(error, data, fieldPrefix)
+      const key = `${issue.field}|${issue.code}`
+      if (seen.has(key)) continue
+      seen.add(key)
+      issues.push(issue)
+    }
+    return issues
+  }
+}

@@ -1,0 +1,92 @@
+// The composition root: picks the embedded or distributed implementation of each seam
+// (store, bus), builds the modules on them and serves their routes from one gateway.
+import { readFileSync } from 'node:fs'
+import { Gateway } from './gateway/server.js'
+import { KeyRegistry, parseBootstrapKeys } from './gateway/auth.js'
+import { loadNativeUws } from './gateway/uws.js'
+import type { ServiceModule } from './gateway/routes.js'
+import { MemoryBus } from './platform/bus/index.js'
+import { type Clock, systemClock } from './platform/clock.js'
+import type { Config } from './platform/config.js'
+import { createLogger, type Logger } from './platform/logger.js'
+import { createMetrics } from './platform/metrics.js'
+import { MemoryStore, MongoStore, type Store } from './platform/store/index.js'
+import type { Platform } from './platform/index.js'
+import { buildOpenApi, schemas } from './schemas/index.js'
+import { createDialer } from './dialer/index.js'
+
+const VERSION: string = JSON.parse(readFileSync(new URL('./package.json', import.meta.url.replace(/\/dist\/[^/]*$/, '/')), 'utf8')).version
+
+export interface RunningService {
+  port: number
+  platform: Platform
+  keys: KeyRegistry
+  close(): Promise<void>
+}
+
+export interface ServiceOverrides {
+  clock?: Clock
+  logger?: Logger
+}
+
+async function openStore(config: Config, clock: Clock): Promise<Store> {
+  return config.mongoUrl ? MongoStore.connect(config.mongoUrl) : new MemoryStore(clock)
+}
+
+/** Idempotency may live on its own server; it must never block start-up or requests. */
+function openIdempotencyStore(config: Config, main: Store): Store {
+  if (!config.idempotencyMongoUrl || config.idempotencyMongoUrl === config.mongoUrl) return main
+  return MongoStore.lazy(config.idempotencyMongoUrl, { serverSelectionTimeoutMS: 1000 })
+}
+
+export async function startService(config: Config, overrides: ServiceOverrides = {}): Promise<RunningService> {
+  const uws = loadNativeUws()
+  const clock = overrides.clock ?? systemClock
+  const logger = overrides.logger ?? createLogger(config.logLevel, { service: 'switchboard', role: config.role })
+  const metrics = createMetrics({ defaultMetrics: true })
+  const store = await openStore(config, clock)
+  const idempotencyStore = openIdempotencyStore(config, store)
+  const bus = new MemoryBus(logger)
+  const platform: Platform = { config, store, bus, clock, logger, metrics }
+
+  const keys = new KeyRegistry(parseBootstrapKeys(config.apiKeys), store)
+  await keys.init()
+
+  const modules: ServiceModule[] = [createDialer(platform, { idempotencyStore })]
+  for (const module of modules) await module.start()
+
+  const routes = modules.flatMap(m => m.routes)
+  const openapi = buildOpenApi(routes, schemas.all, VERSION)
+  const gateway = new Gateway({
+    uws,
+    routes,
+    keys,
+    metrics,
+    logger,
+    maxBodyBytes: config.maxBodyBytes,
+    maxUploadBytes: config.maxUploadBytes,
+    streamBufferBytes: config.channel.consumerBufferBytes,
+    publicDocuments: {
+      '/healthz': async () => ({
+        status: 200,
+        body: { status: 'ok', version: VERSION, role: config.role, store: store.kind, modules: modules.map(m => m.name) },
+      }),
+      '/openapi.json': async () => ({ status: 200, body: openapi }),
+    },
+  })
+  const port = await gateway.listen(config.port, config.host)
+  logger.info('listening', { port, store: store.kind, role: config.role })
+
+  return {
+    port,
+    platform,
+    keys,
+    async close() {
+      gateway.close()
+      for (const module of [...modules].reverse()) await module.stop()
+      await bus.close()
+      if (idempotencyStore !== store) await idempotencyStore.close()
+      await store.close()
+    },
+  }
+}

@@ -1,0 +1,105 @@
+// Starts the whole service in-process on a free port for black-box tests over real HTTP.
+// `store: 'mongo'` points it at the MongoDB wire-protocol test server (or MONGO_URL).
+import { randomUUID } from 'node:crypto'
+import { loadConfig } from '../../platform/config.js'
+import { createLogger } from '../../platform/logger.js'
+import type { Clock } from '../../platform/clock.js'
+import { startService, type RunningService } from '../../service.js'
+
+export const KEYS = {
+  acme: 'acme-key-0000000000000000',
+  globex: 'globex-key-000000000000000',
+  acmeDialerOnly: 'acme-dialer-only-00000000',
+  acmeReportsOnly: 'acme-reports-only-0000000',
+} as const
+
+export const API_KEYS = [
+  `${KEYS.acme}=acme`,
+  `${KEYS.globex}=globex`,
+  `${KEYS.acmeDialerOnly}=acme:dialer`,
+  `${KEYS.acmeReportsOnly}=acme:reports`,
+].join(',')
+
+export type StoreKind = 'memory' | 'mongo'
+export const STORES: StoreKind[] = ['memory', 'mongo']
+
+export interface TestService {
+  base: string
+  service: RunningService
+  mongoUrl?: string
+  close(): Promise<void>
+}
+
+interface Teardown {
+  teardown(fn: () => unknown): void
+}
+
+let mongo: Promise<{ url: string; stop(): Promise<void> }> | undefined
+
+/** One wire-protocol server per test file, shared by its services (each gets its own database). */
+export async function mongoUrlFor(t: Teardown): Promise<string> {
+  if (!mongo) {
+    mongo = import('./mongo-server.js').then(m => m.startMongoTestServer())
+    t.teardown(async () => {
+      const server = await mongo
+      mongo = undefined
+      await server?.stop()
+    })
+  }
+  const { url } = await mongo
+  const parsed = new URL(url)
+  parsed.pathname = `/sb_${randomUUID().replace(/-/g, '')}`
+  return parsed.toString()
+}
+
+export async function startTestService(
+  t: Teardown,
+  options: { store?: StoreKind; env?: Record<string, string>; clock?: Clock } = {},
+): Promise<TestService> {
+  const mongoUrl = options.store === 'mongo' ? await mongoUrlFor(t) : undefined
+  const config = loadConfig({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    API_KEYS,
+    LOG_LEVEL: 'silent',
+    DATA_DIR: `/tmp/switchboard-test-${randomUUID()}`,
+    ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}),
+    ...options.env,
+  })
+  const service = await startService(config, { clock: options.clock, logger: createLogger('silent') })
+  const base = `http://127.0.0.1:${service.port}`
+  let closed = false
+  const close = async () => {
+    if (closed) return
+    closed = true
+    await service.close()
+  }
+  t.teardown(close)
+  return { base, service, mongoUrl, close }
+}
+
+/** fetch with an API key and JSON body; returns status, headers and parsed JSON. */
+export async function call(
+  base: string,
+  method: string,
+  path: string,
+  options: { key?: string | null; body?: unknown; headers?: Record<string, string>; raw?: string } = {},
+) {
+  const headers: Record<string, string> = { ...options.headers }
+  if (options.key !== null) headers.apikey = options.key ?? KEYS.acme
+  let body: string | undefined
+  if (options.raw !== undefined) body = options.raw
+  else if (options.body !== undefined) {
+    body = JSON.stringify(options.body)
+    headers['content-type'] = 'application/json'
+  }
+  const res = await fetch(base + path, { method, headers, body })
+  const text = await res.text()
+  let json: any = undefined
+  try {
+    json = text ? JSON.parse(text) : undefined
+  } catch {
+    json = undefined
+  }
+  return { status: res.status, headers: res.headers, json, text }
+}
