@@ -30,8 +30,9 @@ test: $(NPM_STAMP) test-deps
 	npx tap --allow-incomplete-coverage --coverage-report=json-summary --coverage-report=text-summary
 	node .ci/coverage-gate.mjs $(COVERAGE_MIN_LINES)
 
-bench: build test-deps
-	node --import ./bench/register.mjs bench/run.ts
+# Each bench/<name>/run.ts runs with the same TypeScript loader tap uses; BENCH=name runs one.
+bench: $(NPM_STAMP) test-deps
+	@for f in bench/$${BENCH:-*}/run.ts; do echo "== $$f"; node --import @tapjs/typescript/import $$f || exit 1; done
 
 keys: build
 	node dist/cli/keys.js $(ARGS)
