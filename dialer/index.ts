@@ -1,8 +1,43 @@
-// The dialer module: batches, contact loads, blocked addresses, batch log.
+// The dialer module: batches, contact loads (API and CSV), blocked addresses, the batch log
+// and idempotent writes. Workers (chunk application, lifecycle, CSV import) run wherever the
+// module is started with workers on.
 import type { ServiceModule } from '../gateway/routes.js'
 import type { Platform } from '../platform/index.js'
 import type { Store } from '../platform/store/index.js'
+import { FileBlobStore } from '../platform/blobs.js'
+import { INDEXES } from './collections.js'
+import { Batches } from './batches.js'
+import { BatchLog } from './batch-log.js'
+import { BatchLifecycle } from './lifecycle.js'
+import { BlockedAddresses } from './blocked-addresses.js'
+import { CsvImports } from './csv-import.js'
+import { ContactLoads } from './loads.js'
+import { Operations } from './operations.js'
+import { Idempotency } from './idempotency.js'
+import { dialerRoutes } from './routes.js'
 
-export function createDialer(_platform: Platform, _options: { idempotencyStore: Store }): ServiceModule {
-  return { name: 'dialer', routes: [], start: async () => {}, stop: async () => {} }
+export function createDialer(platform: Platform, options: { idempotencyStore: Store; workers?: boolean }): ServiceModule {
+  const { store, clock } = platform
+  const batches = new Batches(store, clock)
+  const operations = new Operations(store, clock)
+  const log = new BatchLog(store, clock)
+  const loads = new ContactLoads(platform, batches, operations, log)
+  const lifecycle = new BatchLifecycle(platform, batches, operations, log)
+  const imports = new CsvImports(platform, new FileBlobStore(platform.config.dataDir), batches, operations, loads)
+  const blocked = new BlockedAddresses(store, clock)
+  const idempotency = new Idempotency(options.idempotencyStore, clock, platform.logger)
+  const workers = [loads, lifecycle, imports]
+
+  return {
+    name: 'dialer',
+    routes: dialerRoutes({ platform, batches, loads, lifecycle, operations, log, blocked, imports, idempotency }),
+    async start() {
+      for (const [collection, indexes] of Object.entries(INDEXES)) await store.ensureIndexes(collection, indexes)
+      await idempotency.ensureIndexes()
+      if (options.workers !== false) for (const worker of workers) worker.startWorkers()
+    },
+    async stop() {
+      for (const worker of workers) await worker.stopWorkers()
+    },
+  }
 }

@@ -171,10 +171,11 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
       if (!k.startsWith('$') && (v === null || typeof v !== 'object' || v instanceof Date || Array.isArray(v))) seed[k] = v
       else if (!k.startsWith('$') && v && typeof v === 'object' && '$eq' in v) seed[k] = v.$eq
     }
-    const doc = { _id: randomUUID(), ...seed } as Record<string, any>
     const { $setOnInsert, ...modifier } = update
-    applyUpdate(doc, modifier as any)
-    if ($setOnInsert) applyUpdate(doc, { $set: $setOnInsert } as any)
+    const { _id: insertId, ...onInsert } = ($setOnInsert ?? {}) as Record<string, any>
+    const doc = { _id: insertId ?? seed._id ?? randomUUID(), ...seed } as Record<string, any>
+    if (Object.keys(modifier).length > 0) applyUpdate(doc, modifier as any)
+    if (Object.keys(onInsert).length > 0) applyUpdate(doc, { $set: onInsert } as any)
     this.insert(doc as T)
     return doc._id
   }

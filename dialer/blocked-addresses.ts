@@ -1,0 +1,103 @@
+// The account-wide blocked-address list (spec 2.5). A block's identity is
+// (account, addressType, address): the same number may be blocked for whatsapp and not phone.
+import { ApiError } from '../gateway/errors.js'
+import type { Collection, Store } from '../platform/store/index.js'
+import type { Clock } from '../platform/clock.js'
+import { stableId } from '../platform/ids.js'
+import { type Actor, COLLECTIONS } from './collections.js'
+
+export type AddressType = 'phone' | 'email' | 'whatsapp'
+
+interface BlockedDoc {
+  _id: string
+  accountId: string
+  addressType: AddressType
+  address: string
+  reason: string | null
+  blockedBy: string
+  createdAt: Date
+}
+
+const PHONE = /^[0-9]{7,15}$/
+const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
+
+/** Canonical form, so "Ana@X.com" and "ana@x.com" are one block. */
+export function normalizeAddress(type: AddressType, address: string): string {
+  const trimmed = address.trim()
+  return type === 'email' ? trimmed.toLowerCase() : trimmed
+}
+
+function addressesOf(body: { address?: string; addresses?: string[] }): string[] {
+  const list = body.addresses ?? (body.address !== undefined ? [body.address] : [])
+  if (list.length === 0) {
+    throw new ApiError(400, 'ADDRESS_REQUIRED', 'address or addresses is required: send "address" (one) or "addresses" (a non-empty array)')
+  }
+  return list
+}
+
+function checkFormats(type: AddressType, addresses: string[]) {
+  const pattern = type === 'email' ? EMAIL : PHONE
+  const details = addresses
+    .map((address, index) => ({ address, index }))
+    .filter(({ address }) => !pattern.test(address))
+    .map(({ address, index }) => ({
+      index,
+      field: `addresses[${index}]`,
+      code: type === 'email' ? 'INVALID_EMAIL_FORMAT' : 'INVALID_PHONE_FORMAT',
+      reason: type === 'email' ? 'not an e-mail address' : 'digits only, 7 to 15 characters, country code included, no + sign',
+      meta: { received: address },
+    }))
+  if (details.length > 0) {
+    throw new ApiError(400, 'VALIDATION_FAILED', `${details.length} address(es) are not valid ${type} addresses; nothing was blocked`, { details })
+  }
+}
+
+export class BlockedAddresses {
+  private readonly docs: Collection<BlockedDoc>
+  constructor(store: Store, private readonly clock: Clock) {
+    this.docs = store.collection<BlockedDoc>(COLLECTIONS.blocked)
+  }
+
+  async block(accountId: string, actor: Actor, body: { address?: string; addresses?: string[]; addressType: AddressType; reason?: string }) {
+    const raw = addressesOf(body)
+    const type = body.addressType
+    const addresses = raw.map(a => normalizeAddress(type, a))
+    checkFormats(type, addresses)
+    const unique = [...new Set(addresses)]
+    const now = new Date(this.clock.now())
+    const result = await this.docs.insertMany(
+      unique.map(address => ({
+        _id: stableId(`${accountId}|${type}|${address}`),
+        accountId,
+        addressType: type,
+        address,
+        reason: body.reason ?? null,
+        blockedBy: actor.id,
+        createdAt: now,
+      })),
+      { ordered: false },
+    )
+    // Already-blocked addresses and repeats within the request are skipped, not errors.
+    return { blocked: result.insertedCount, skipped: addresses.length - result.insertedCount }
+  }
+
+  async unblock(accountId: string, body: { address?: string; addresses?: string[]; addressType: AddressType }) {
+    const addresses = addressesOf(body).map(a => normalizeAddress(body.addressType, a))
+    const unblocked = await this.docs.deleteMany({ accountId, addressType: body.addressType, address: { $in: [...new Set(addresses)] } })
+    return { unblocked }
+  }
+
+  async list(accountId: string, filter: { addressType?: AddressType; address?: string }, limit: number, offset: number) {
+    const query: Record<string, unknown> = { accountId }
+    if (filter.addressType) query.addressType = filter.addressType
+    if (filter.address) query.address = filter.addressType ? normalizeAddress(filter.addressType, filter.address) : filter.address
+    const [docs, total] = await Promise.all([
+      this.docs.find(query, { sort: { createdAt: -1, _id: 1 }, skip: offset, limit }),
+      this.docs.countDocuments(query),
+    ])
+    return {
+      data: docs.map(d => ({ address: d.address, addressType: d.addressType, reason: d.reason, blockedBy: d.blockedBy, createdAt: d.createdAt.toISOString() })),
+      total,
+    }
+  }
+}

@@ -1,0 +1,100 @@
+// Parsing and validating the body of POST /batches/{id}/contacts (spec 2.1, 4.1, 7). Format
+// rules run before anything is queued; one invalid contact rejects the whole request and the
+// 400 lists every problem found.
+import { ApiError } from '../gateway/errors.js'
+import { schemas, type ValidationIssue } from '../schemas/index.js'
+import type { AddressDoc } from './collections.js'
+
+export const MAX_CONTACTS_PER_REQUEST = 1000
+const SCHEDULE_HORIZON_MS = 30 * 24 * 60 * 60 * 1000
+
+export interface ContactInput {
+  identifier?: string
+  name: string
+  addresses: AddressDoc[]
+  scheduledAt?: string
+  contactPriority?: number
+  customFields?: Record<string, unknown>
+  onDuplicate?: 'recontact'
+  resetAttempts?: boolean
+}
+
+export interface ContactDetail extends ValidationIssue {
+  index: number | null
+  error: string
+}
+
+const indexOf = (field: string): number | null => {
+  const m = /^contacts\[(\d+)\]/.exec(field)
+  return m ? Number(m[1]) : null
+}
+
+export function toDetails(issues: ValidationIssue[]): ContactDetail[] {
+  return issues.map(issue => ({ index: indexOf(issue.field), ...issue, error: issue.reason }))
+}
+
+/** scheduledAt: future, UTC, within 30 days (format is checked by the schema). */
+function scheduleIssues(contacts: ContactInput[], now: number): ValidationIssue[] {
+  const issues: ValidationIssue[] = []
+  contacts.forEach((contact, i) => {
+    if (typeof contact.scheduledAt !== 'string') return
+    const at = Date.parse(contact.scheduledAt)
+    if (Number.isNaN(at)) return
+    const field = `contacts[${i}].scheduledAt`
+    const expected = 'a UTC date-time in the future and within 30 days'
+    if (at <= now) {
+      issues.push({ field, code: 'SCHEDULED_AT_IN_PAST', reason: `${field} must be in the future`, meta: { received: contact.scheduledAt, expected } })
+    } else if (at > now + SCHEDULE_HORIZON_MS) {
+      issues.push({ field, code: 'SCHEDULED_AT_TOO_FAR', reason: `${field} must be within the next 30 days`, meta: { received: contact.scheduledAt, expected } })
+    }
+  })
+  return issues
+}
+
+function validationFailed(issues: ValidationIssue[]): ApiError {
+  const details = toDetails(issues)
+  const contactsAffected = new Set(details.map(d => d.index).filter(i => i !== null)).size
+  return new ApiError(
+    400,
+    'VALIDATION_FAILED',
+    `Validation failed: ${details.length} problem(s) in ${contactsAffected} contact(s); nothing was queued`,
+    { details },
+  )
+}
+
+/**
+ * Accepts a single contact at the root or `{contacts: [...]}` (1..1000). Field paths always
+ * use the `contacts[i]` form, so a single root contact is `contacts[0]`.
+ */
+export function parseContactsBody(body: unknown, now: number): ContactInput[] {
+  if (body === undefined || body === null || (typeof body === 'object' && !Array.isArray(body) && Object.keys(body).length === 0)) {
+    throw new ApiError(400, 'NO_CONTACTS', 'The request contains no contact: send one contact object or { "contacts": [ ... ] } with 1 to 1000 contacts', { details: [] })
+  }
+  if (typeof body !== 'object' || Array.isArray(body)) {
+    throw new ApiError(400, 'INVALID_BODY', 'The body must be a contact object or { "contacts": [ ... ] }', { details: [] })
+  }
+  const multi = 'contacts' in body
+  if (multi) {
+    const list = (body as { contacts: unknown }).contacts
+    if (Array.isArray(list) && list.length === 0) {
+      throw new ApiError(400, 'NO_CONTACTS', 'contacts is empty: send 1 to 1000 contacts', { details: [] })
+    }
+    if (Array.isArray(list) && list.length > MAX_CONTACTS_PER_REQUEST) {
+      throw new ApiError(400, 'TOO_MANY_CONTACTS', `Received ${list.length} contacts; at most ${MAX_CONTACTS_PER_REQUEST} are accepted per request`, {
+        details: [`received ${list.length} contacts, the maximum per request is ${MAX_CONTACTS_PER_REQUEST}`],
+      })
+    }
+  }
+  const issues = multi ? schemas.validate('dialer.contacts.insert', body) : schemas.validate('dialer.contact', body, 'contacts[0]')
+  const contacts = (multi ? (body as { contacts: ContactInput[] }).contacts : [body as ContactInput])
+  if (Array.isArray(contacts)) issues.push(...scheduleIssues(contacts, now))
+  if (issues.length > 0) throw validationFailed(issues)
+  return contacts
+}
+
+/** Per-row validation for CSV imports: returns the problems of one contact. */
+export function contactIssues(contact: unknown, now: number): ValidationIssue[] {
+  const issues = schemas.validate('dialer.contact', contact, 'contacts[0]')
+  if (issues.length === 0) issues.push(...scheduleIssues([contact as ContactInput], now))
+  return issues
+}

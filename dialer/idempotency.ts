@@ -1,0 +1,174 @@
+// Idempotency-Key for dialer writes (spec section 5, IETF draft-ietf-httpapi-idempotency-key):
+// the first request with a key records "in flight", then its response; a retry with the same
+// key and body replays that response; a different body is 422; a concurrent retry is 409 with
+// Retry-After. 5xx responses are not stored. When the idempotency store is unreachable the
+// request still runs, marked `Idempotency-Status: bypassed`.
+import { createHash } from 'node:crypto'
+import { ApiError } from '../gateway/errors.js'
+import type { JsonResult, JsonRoute, RequestContext } from '../gateway/routes.js'
+import { type Collection, DuplicateKeyError, type Store, StoreUnavailableError } from '../platform/store/index.js'
+import type { Clock } from '../platform/clock.js'
+import type { Logger } from '../platform/logger.js'
+import { COLLECTIONS, IDEMPOTENCY_INDEXES } from './collections.js'
+
+const RETENTION_MS = 24 * 60 * 60 * 1000
+/** How long an in-flight record blocks retries before a crashed holder is presumed dead. */
+const LOCK_MS = 60 * 1000
+const KEY_PATTERN = /^[\x20-\x7E]{1,255}$/
+/** Response headers worth replaying. */
+const REPLAYED_HEADERS = ['Location']
+
+interface StoredResponse {
+  status: number
+  body: unknown
+  headers: Record<string, string>
+}
+
+interface IdempotencyDoc {
+  _id: string
+  state: 'in_flight' | 'completed'
+  fingerprint: string
+  response: StoredResponse | null
+  lockedUntil: Date
+  expiresAt: Date
+}
+
+type Begin = { kind: 'new' } | { kind: 'replay'; response: StoredResponse } | { kind: 'in_flight'; retryAfter: number } | { kind: 'mismatch' }
+
+const sha256 = (text: string | Buffer) => createHash('sha256').update(text).digest('hex')
+
+export class Idempotency {
+  private readonly docs: Collection<IdempotencyDoc>
+
+  constructor(private readonly store: Store, private readonly clock: Clock, private readonly logger: Logger) {
+    this.docs = store.collection<IdempotencyDoc>(COLLECTIONS.idempotency)
+  }
+
+  async ensureIndexes() {
+    try {
+      await this.store.ensureIndexes(COLLECTIONS.idempotency, IDEMPOTENCY_INDEXES)
+    } catch (error) {
+      this.logger.warn('idempotency store unavailable at start-up; keys are bypassed until it returns', { error })
+    }
+  }
+
+  /** Wraps a write route so that it honours Idempotency-Key. */
+  wrap(route: JsonRoute): JsonRoute {
+    return { ...route, handle: ctx => this.handle(route, ctx) }
+  }
+
+  private async handle(route: JsonRoute, ctx: RequestContext): Promise<JsonResult> {
+    const key = ctx.headers['idempotency-key']
+    if (key === undefined) return route.handle(ctx)
+    if (!KEY_PATTERN.test(key)) {
+      throw new ApiError(400, 'INVALID_IDEMPOTENCY_KEY', 'Idempotency-Key must be 1 to 255 printable ASCII characters')
+    }
+    // Scoped per account and per route (method and concrete path).
+    const id = sha256(`${ctx.principal.accountId}\n${ctx.method}\n${ctx.url}\n${key}`)
+    const fingerprint = sha256(ctx.body)
+
+    let begun: Begin
+    try {
+      begun = await this.begin(id, fingerprint)
+    } catch (error) {
+      if (!(error instanceof StoreUnavailableError)) throw error
+      this.logger.warn('idempotency store unavailable; request processed unprotected', { route: route.path })
+      const result = await settle(route, ctx)
+      return withHeaders(result, { 'Idempotency-Status': 'bypassed' })
+    }
+
+    if (begun.kind === 'mismatch') {
+      throw new ApiError(422, 'IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used with a different request body')
+    }
+    if (begun.kind === 'in_flight') {
+      throw new ApiError(409, 'IDEMPOTENCY_KEY_IN_FLIGHT', 'A request with this Idempotency-Key is still being processed', {}, {
+        'Retry-After': String(begun.retryAfter),
+      })
+    }
+    if (begun.kind === 'replay') {
+      const { status, body, headers } = begun.response
+      return { status, body, headers: { ...headers, 'Idempotency-Replayed': 'true' } }
+    }
+
+    let result: JsonResult
+    try {
+      result = await settle(route, ctx)
+    } catch (error) {
+      await this.release(id)
+      throw error
+    }
+    if (result.status >= 500) await this.release(id)
+    else await this.complete(id, result)
+    return withHeaders(result, { 'Idempotency-Replayed': 'false' })
+  }
+
+  private async begin(id: string, fingerprint: string, retried = false): Promise<Begin> {
+    const now = this.clock.now()
+    try {
+      await this.docs.insertOne({
+        _id: id,
+        state: 'in_flight',
+        fingerprint,
+        response: null,
+        lockedUntil: new Date(now + LOCK_MS),
+        expiresAt: new Date(now + RETENTION_MS),
+      })
+      return { kind: 'new' }
+    } catch (error) {
+      if (!(error instanceof DuplicateKeyError)) throw error
+    }
+    const existing = await this.docs.findOne({ _id: id })
+    if (!existing || existing.expiresAt.getTime() <= now) {
+      // Expired but not yet swept by the TTL monitor: it no longer exists for the client.
+      if (existing) await this.docs.deleteOne({ _id: id, expiresAt: { $lte: new Date(now) } })
+      if (retried) throw new Error('idempotency record vanished twice')
+      return this.begin(id, fingerprint, true)
+    }
+    if (existing.fingerprint !== fingerprint) return { kind: 'mismatch' }
+    if (existing.state === 'completed' && existing.response) return { kind: 'replay', response: existing.response }
+    if (existing.lockedUntil.getTime() > now) {
+      return { kind: 'in_flight', retryAfter: Math.max(1, Math.min(5, Math.ceil((existing.lockedUntil.getTime() - now) / 1000))) }
+    }
+    // The holder died mid-request: take the lock over (only one retry can win it).
+    const taken = await this.docs.updateOne(
+      { _id: id, state: 'in_flight', lockedUntil: existing.lockedUntil },
+      { $set: { lockedUntil: new Date(now + LOCK_MS) } },
+    )
+    return taken.modifiedCount === 1 ? { kind: 'new' } : { kind: 'in_flight', retryAfter: 1 }
+  }
+
+  private async complete(id: string, result: JsonResult) {
+    const headers: Record<string, string> = {}
+    for (const name of REPLAYED_HEADERS) if (result.headers?.[name]) headers[name] = result.headers[name]!
+    try {
+      await this.docs.updateOne({ _id: id }, { $set: { state: 'completed', response: { status: result.status, body: result.body ?? null, headers } } })
+    } catch (error) {
+      this.logger.warn('could not record idempotent response', { error })
+    }
+  }
+
+  private async release(id: string) {
+    try {
+      await this.docs.deleteOne({ _id: id, state: 'in_flight' })
+    } catch (error) {
+      this.logger.warn('could not release idempotency key', { error })
+    }
+  }
+}
+
+/** Runs the handler; a 4xx ApiError becomes a result so it is stored and replayed too. */
+async function settle(route: JsonRoute, ctx: RequestContext): Promise<JsonResult> {
+  try {
+    return await route.handle(ctx)
+  } catch (error) {
+    if (error instanceof ApiError && error.status < 500) {
+      return { status: error.status, body: error.body(), headers: error.headers }
+    }
+    throw error
+  }
+}
+
+const withHeaders = (result: JsonResult, headers: Record<string, string>): JsonResult => ({
+  ...result,
+  headers: { ...result.headers, ...headers },
+})

@@ -1,0 +1,242 @@
+// The dialer's HTTP surface (spec 4.1). Handlers only translate HTTP to the services.
+import { ApiError } from '../gateway/errors.js'
+import { enumParam, intParam } from '../gateway/query.js'
+import type { JsonRoute, RequestContext, Route } from '../gateway/routes.js'
+import { ADDRESS_TYPES, schemas } from '../schemas/index.js'
+import type { Platform } from '../platform/index.js'
+import { parseContactsBody } from './contact-input.js'
+import { type Batches, batchView } from './batches.js'
+import type { BatchLifecycle } from './lifecycle.js'
+import type { BatchLog } from './batch-log.js'
+import type { BlockedAddresses } from './blocked-addresses.js'
+import type { ColumnMapping, CsvImports } from './csv-import.js'
+import type { ContactLoads } from './loads.js'
+import { operationView, type Operations, type LifecycleType } from './operations.js'
+import type { Idempotency } from './idempotency.js'
+
+const V1 = '/dialer/v1'
+const TAG = 'Dialer'
+
+export interface DialerServices {
+  platform: Platform
+  batches: Batches
+  loads: ContactLoads
+  lifecycle: BatchLifecycle
+  operations: Operations
+  log: BatchLog
+  blocked: BlockedAddresses
+  imports: CsvImports
+  idempotency: Idempotency
+}
+
+/** Parses and validates a JSON body against a schema; 400 VALIDATION_FAILED lists every problem. */
+function body<T>(ctx: RequestContext, schemaId: string): T {
+  const data = ctx.json()
+  const issues = schemas.validate(schemaId, data ?? {})
+  if (issues.length > 0) {
+    throw new ApiError(400, 'VALIDATION_FAILED', `The request body is invalid: ${issues.map(i => i.reason).join('; ')}`, { details: issues })
+  }
+  return data as T
+}
+
+const page = (ctx: RequestContext) => ({
+  limit: intParam(ctx.query, 'limit', { min: 1, max: 1000, fallback: 50 }),
+  offset: intParam(ctx.query, 'offset', { min: 0, fallback: 0 }),
+})
+
+const accepted = (result: { operationUrl: string }) => ({ status: 202, body: result, headers: { Location: result.operationUrl } })
+const actorOf = (ctx: RequestContext) => ({ id: ctx.principal.keyId, name: ctx.principal.keyName })
+
+export function dialerRoutes(s: DialerServices): Route[] {
+  const write = (route: JsonRoute) => s.idempotency.wrap(route)
+
+  const lifecycleRoute = (method: 'post' | 'del', path: string, type: LifecycleType, summary: string): JsonRoute =>
+    write({
+      method,
+      path,
+      role: 'dialer',
+      tag: TAG,
+      summary,
+      responses: { '202': { description: 'Accepted; poll the batch.lifecycle operation at Location' }, '404': { description: 'No such batch' }, '409': { description: 'Not allowed in the current status' } },
+      handle: async ctx => accepted(await s.lifecycle.request(ctx.principal, ctx.params.batchId!, type)),
+    })
+
+  return [
+    write({
+      method: 'post',
+      path: `${V1}/batches`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Create a batch (source api, or csv with tempCsvKey and columnMapping)',
+      requestSchema: 'dialer.batch.create',
+      responses: { '201': { description: 'Created' }, '400': { description: 'Invalid body' } },
+      handle: async ctx => {
+        const input = body<{
+          source?: 'api' | 'csv'
+          name: string
+          channel: 'phone' | 'email' | 'whatsapp'
+          duplicateStrategy: 'skip' | 'merge' | 'replace'
+          rules?: Record<string, unknown>
+          tempCsvKey?: string
+          columnMapping?: ColumnMapping
+        }>(ctx, 'dialer.batch.create')
+        const csv = input.tempCsvKey !== undefined
+        if (input.source === 'csv' && !csv) throw new ApiError(400, 'VALIDATION_FAILED', 'source csv requires tempCsvKey and columnMapping', { details: [{ field: 'tempCsvKey', code: 'REQUIRED', reason: 'tempCsvKey is required for source csv' }] })
+        if (input.source === 'api' && csv) throw new ApiError(400, 'VALIDATION_FAILED', 'tempCsvKey is only valid with source csv', { details: [{ field: 'source', code: 'INVALID_VALUE', reason: 'use source csv (or omit source) with tempCsvKey' }] })
+        if (csv) await s.imports.checkUpload(ctx.principal.accountId, input.tempCsvKey!, input.columnMapping!)
+        const batch = await s.batches.create({
+          accountId: ctx.principal.accountId,
+          name: input.name,
+          channel: input.channel,
+          source: csv ? 'csv' : 'api',
+          duplicateStrategy: input.duplicateStrategy,
+          rules: input.rules ?? {},
+          tempCsvKey: input.tempCsvKey ?? null,
+          createdBy: actorOf(ctx),
+        })
+        await s.log.append({ accountId: batch.accountId, batchId: batch._id, operation: 'created', actor: actorOf(ctx), details: { source: batch.source } })
+        if (csv) {
+          const op = await s.imports.start(batch, input.tempCsvKey!, input.columnMapping!, ctx.principal)
+          batch.importOperationId = op._id
+        }
+        return { status: 201, body: batchView(batch) }
+      },
+    }),
+    {
+      method: 'get',
+      path: `${V1}/batches`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'List batches (newest first); query status, limit, offset',
+      handle: async ctx => {
+        const status = enumParam(ctx.query, 'status', ['created', 'running', 'stopped', 'completed', 'archived', 'deleting'] as const)
+        const { limit, offset } = page(ctx)
+        return { status: 200, body: await s.batches.list(ctx.principal.accountId, { status }, limit, offset) }
+      },
+    },
+    write({
+      method: 'post',
+      path: `${V1}/batches/upload-url`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Get a signed URL (valid 1 hour) to PUT a CSV file to',
+      requestSchema: 'dialer.upload-url.create',
+      responses: { '201': { description: 'uploadUrl, tempCsvKey, expiresAt' } },
+      handle: async ctx => {
+        const input = body<{ fileName: string }>(ctx, 'dialer.upload-url.create')
+        return { status: 201, body: await s.imports.createUploadUrl(ctx.principal, input.fileName) }
+      },
+    }),
+    {
+      kind: 'upload',
+      method: 'put',
+      path: `${V1}/uploads/:uploadKey`,
+      role: null,
+      tag: TAG,
+      summary: 'Upload the CSV to a signed URL (no apikey; Content-Type: text/csv)',
+      responses: { '200': { description: 'Stored' }, '403': { description: 'Bad or expired signature' }, '415': { description: 'Not text/csv' } },
+      handle: async (ctx, stream) => ({
+        status: 200,
+        body: await s.imports.receive(ctx.params.uploadKey!, ctx.query, ctx.headers['content-type'], stream),
+      }),
+    },
+    {
+      method: 'get',
+      path: `${V1}/batches/operations/:operationId`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Read an operation (contacts.load or batch.lifecycle); 404 once retention expired',
+      handle: async ctx => {
+        const op = await s.operations.find(ctx.principal.accountId, ctx.params.operationId!)
+        if (!op) throw new ApiError(404, 'NOT_FOUND', 'Operation not found (unknown, or its retention has expired)')
+        return { status: 200, body: operationView(op) }
+      },
+    },
+    {
+      method: 'get',
+      path: `${V1}/batches/:batchId`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Read a batch, including uploadStatus, uploadProgress and totalContacts',
+      handle: async ctx => ({ status: 200, body: batchView(await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)) }),
+    },
+    lifecycleRoute('post', `${V1}/batches/:batchId/start`, 'batch.start', 'Start dialing a batch'),
+    lifecycleRoute('post', `${V1}/batches/:batchId/stop`, 'batch.stop', 'Stop dialing a batch'),
+    lifecycleRoute('post', `${V1}/batches/:batchId/archive`, 'batch.archive', 'Archive a batch'),
+    lifecycleRoute('del', `${V1}/batches/:batchId`, 'batch.delete', 'Delete a batch and its contacts'),
+    write({
+      method: 'post',
+      path: `${V1}/batches/:batchId/contacts`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Insert contacts (one object, or {contacts:[1..1000]}); processed in the background',
+      requestSchema: 'dialer.contacts.insert',
+      responses: { '202': { description: 'Queued; poll the operation at Location' }, '400': { description: 'Invalid contacts or account cap exceeded' }, '404': { description: 'No such batch' } },
+      handle: async ctx => {
+        const contacts = parseContactsBody(ctx.json(), s.platform.clock.now())
+        return accepted(await s.loads.accept(ctx.principal, ctx.params.batchId!, contacts))
+      },
+    }),
+    {
+      method: 'get',
+      path: `${V1}/batches/:batchId/logs`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'The batch audit log, newest first; query limit, offset',
+      handle: async ctx => {
+        const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
+        const { limit, offset } = page(ctx)
+        return { status: 200, body: await s.log.list(batch.accountId, batch._id, limit, offset) }
+      },
+    },
+    {
+      method: 'get',
+      path: `${V1}/batches/:batchId/import-errors`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Per-row errors of the CSV import (row number, field, code, reason)',
+      handle: async ctx => {
+        const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
+        const { limit, offset } = page(ctx)
+        return { status: 200, body: await s.imports.listRowErrors(batch._id, limit, offset) }
+      },
+    },
+    write({
+      method: 'post',
+      path: `${V1}/blocked-addresses`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Block addresses for the whole account',
+      requestSchema: 'dialer.blocked-addresses.block',
+      handle: async ctx => {
+        const input = body<any>(ctx, 'dialer.blocked-addresses.block')
+        return { status: 200, body: await s.blocked.block(ctx.principal.accountId, actorOf(ctx), input) }
+      },
+    }),
+    write({
+      method: 'del',
+      path: `${V1}/blocked-addresses`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Unblock addresses (addressType must equal the one used to block)',
+      requestSchema: 'dialer.blocked-addresses.unblock',
+      handle: async ctx => {
+        const input = body<any>(ctx, 'dialer.blocked-addresses.unblock')
+        return { status: 200, body: await s.blocked.unblock(ctx.principal.accountId, input) }
+      },
+    }),
+    {
+      method: 'get',
+      path: `${V1}/blocked-addresses`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'List blocked addresses; query addressType, address, limit, offset',
+      handle: async ctx => {
+        const addressType = enumParam(ctx.query, 'addressType', ADDRESS_TYPES)
+        const address = ctx.query.get('address') || undefined
+        const { limit, offset } = page(ctx)
+        return { status: 200, body: await s.blocked.list(ctx.principal.accountId, { addressType, address }, limit, offset) }
+      },
+    },
+  ]
+}

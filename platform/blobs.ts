@@ -1,0 +1,59 @@
+// Uploaded files (CSV imports). Files go to DATA_DIR/uploads; several processes of a
+// scale-out deployment must share that directory (a volume), see docs/deploy.md.
+import { createReadStream, createWriteStream } from 'node:fs'
+import { mkdir, rename, rm, stat } from 'node:fs/promises'
+import { join } from 'node:path'
+import { pipeline } from 'node:stream/promises'
+import { Readable } from 'node:stream'
+
+export interface BlobStore {
+  /** Streams the chunks to storage; the blob appears only once complete. Returns its size. */
+  write(key: string, chunks: AsyncIterable<Buffer>): Promise<number>
+  read(key: string): Readable
+  size(key: string): Promise<number | null>
+  remove(key: string): Promise<void>
+}
+
+const SAFE_KEY = /^[A-Za-z0-9_-]{1,100}$/
+
+export class FileBlobStore implements BlobStore {
+  private readonly dir: string
+  constructor(dataDir: string) {
+    this.dir = join(dataDir, 'uploads')
+  }
+
+  private path(key: string) {
+    if (!SAFE_KEY.test(key)) throw new Error('invalid blob key')
+    return join(this.dir, key)
+  }
+
+  async write(key: string, chunks: AsyncIterable<Buffer>) {
+    await mkdir(this.dir, { recursive: true })
+    const final = this.path(key)
+    const partial = `${final}.partial`
+    try {
+      await pipeline(Readable.from(chunks), createWriteStream(partial))
+    } catch (error) {
+      await rm(partial, { force: true })
+      throw error
+    }
+    await rename(partial, final)
+    return (await stat(final)).size
+  }
+
+  read(key: string) {
+    return createReadStream(this.path(key))
+  }
+
+  async size(key: string) {
+    try {
+      return (await stat(this.path(key))).size
+    } catch {
+      return null
+    }
+  }
+
+  async remove(key: string) {
+    await rm(this.path(key), { force: true })
+  }
+}
