@@ -87,7 +87,11 @@ export function parseContactsBody(body: unknown, now: number): ContactInput[] {
   }
   const issues = multi ? schemas.validate('dialer.contacts.insert', body) : schemas.validate('dialer.contact', body, 'contacts[0]')
   const contacts = (multi ? (body as { contacts: ContactInput[] }).contacts : [body as ContactInput])
-  if (Array.isArray(contacts)) issues.push(...scheduleIssues(contacts, now))
+  if (Array.isArray(contacts)) {
+    // Time rules only for values whose format is already valid.
+    const flagged = new Set(issues.map(i => i.field))
+    issues.push(...scheduleIssues(contacts, now).filter(i => !flagged.has(i.field)))
+  }
   if (issues.length > 0) throw validationFailed(issues)
   return contacts
 }

@@ -12,6 +12,7 @@ import { BatchLifecycle } from './lifecycle.js'
 import { BlockedAddresses } from './blocked-addresses.js'
 import { CsvImports } from './csv-import.js'
 import { ContactLoads } from './loads.js'
+import { Contacts } from './contacts.js'
 import { Operations } from './operations.js'
 import { Idempotency } from './idempotency.js'
 import { dialerRoutes } from './routes.js'
@@ -30,7 +31,7 @@ export function createDialer(platform: Platform, options: { idempotencyStore: St
 
   return {
     name: 'dialer',
-    routes: dialerRoutes({ platform, batches, loads, lifecycle, operations, log, blocked, imports, idempotency }),
+    routes: dialerRoutes({ platform, batches, loads, contacts: new Contacts(store), lifecycle, operations, log, blocked, imports, idempotency }),
     async start() {
       for (const [collection, indexes] of Object.entries(INDEXES)) await store.ensureIndexes(collection, indexes)
       await idempotency.ensureIndexes()

@@ -11,6 +11,7 @@ import type { BatchLog } from './batch-log.js'
 import type { BlockedAddresses } from './blocked-addresses.js'
 import type { ColumnMapping, CsvImports } from './csv-import.js'
 import type { ContactLoads } from './loads.js'
+import type { Contacts } from './contacts.js'
 import { operationView, type Operations, type LifecycleType } from './operations.js'
 import type { Idempotency } from './idempotency.js'
 
@@ -21,6 +22,7 @@ export interface DialerServices {
   platform: Platform
   batches: Batches
   loads: ContactLoads
+  contacts: Contacts
   lifecycle: BatchLifecycle
   operations: Operations
   log: BatchLog
@@ -177,6 +179,31 @@ export function dialerRoutes(s: DialerServices): Route[] {
         return accepted(await s.loads.accept(ctx.principal, ctx.params.batchId!, contacts))
       },
     }),
+    {
+      method: 'get',
+      path: `${V1}/batches/:batchId/contacts`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'List the contacts of a batch (oldest first); query identifier, state, limit, offset',
+      handle: async ctx => {
+        const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
+        const state = enumParam(ctx.query, 'state', ['pending', 'in_progress', 'done', 'cancelled'] as const)
+        const identifier = ctx.query.get('identifier') || undefined
+        const { limit, offset } = page(ctx)
+        return { status: 200, body: await s.contacts.list(batch._id, { identifier, state }, limit, offset) }
+      },
+    },
+    {
+      method: 'get',
+      path: `${V1}/batches/:batchId/contacts/:contactId`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Read one contact by its contactId',
+      handle: async ctx => {
+        const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
+        return { status: 200, body: await s.contacts.get(batch._id, ctx.params.contactId!) }
+      },
+    },
     {
       method: 'get',
       path: `${V1}/batches/:batchId/logs`,
