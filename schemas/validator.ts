@@ -112,16 +112,17 @@ export class SchemaRegistry {
     const validate = this.compiled.get(id)
     if (!validate) throw new Error(`Unknown schema ${id}`)
     if (validate(data)) return []
-    const seen = new Set<string>()
-    const issues: ValidationIssue[] = []
+    // One issue per field: the most specific one (a schema's own x-code, then enum, then the rest; a bare
+    // type mismatch last), so `null` for an enum field says which values are allowed.
+    const best = new Map<string, { issue: ValidationIssue; rank: number }>()
     for (const error of validate.errors ?? []) {
       if (WRAPPERS.has(error.keyword)) continue
       const issue = issueOf(error, data, fieldPrefix)
-      const key = `${issue.field}|${issue.code}`
-      if (seen.has(key)) continue
-      seen.add(key)
-      issues.push(issue)
+      const rank = (error.parentSchema as Record<string, unknown> | undefined)?.['x-code'] && error.keyword !== 'type' ? 0 : error.keyword === 'enum' || error.keyword === 'const' ? 1 : error.keyword === 'type' ? 3 : 2
+      const current = best.get(issue.field)
+      if (!current || rank < current.rank) best.set(issue.field, { issue, rank })
     }
+    const issues = [...best.values()].map(b => b.issue)
     return issues
   }
 }
