@@ -14,6 +14,7 @@ import { MemoryStore, MongoStore, type Store } from './platform/store/index.js'
 import type { Platform } from './platform/index.js'
 import { buildOpenApi, schemas } from './schemas/index.js'
 import { createDialer } from './dialer/index.js'
+import { createReports } from './reports/index.js'
 
 const VERSION: string = JSON.parse(readFileSync(new URL('./package.json', import.meta.url.replace(/\/dist\/[^/]*$/, '/')), 'utf8')).version
 
@@ -52,7 +53,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   const keys = new KeyRegistry(parseBootstrapKeys(config.apiKeys), store)
   await keys.init()
 
-  const modules: ServiceModule[] = [createDialer(platform, { idempotencyStore })]
+  const modules: ServiceModule[] = [createDialer(platform, { idempotencyStore }), createReports(platform)]
   for (const module of modules) await module.start()
 
   const routes = modules.flatMap(m => m.routes)

@@ -94,7 +94,8 @@ export class SessionRecorder {
     if (!record || record.end_time !== null) return
     await this.records.updateOne(
       { _id: sessionId, end_time: null },
-      { $set: { end_time: r.endTime, duration: r.endTime - record.start_time, status: r.status, end_reason: r.reason } },
+      // Clamped: a clock step between the nodes that opened and closed it must not go negative.
+      { $set: { end_time: r.endTime, duration: Math.max(0, r.endTime - record.start_time), status: r.status, end_reason: r.reason } },
     )
   }
 }

@@ -1,9 +1,10 @@
 // Every request-body schema of the service, compiled once. Add a module's group here.
 import { SchemaRegistry } from './validator.js'
 import { dialerSchemas } from './dialer.js'
+import { reportsSchemas } from './reports.js'
 
 export { type ValidationIssue, type JsonSchema, toFieldPath } from './validator.js'
 export { ADDRESS_TYPES, CHANNELS, DUPLICATE_STRATEGIES } from './dialer.js'
 export { buildOpenApi } from './openapi.js'
 
-export const schemas = new SchemaRegistry([dialerSchemas])
+export const schemas = new SchemaRegistry([dialerSchemas, reportsSchemas])

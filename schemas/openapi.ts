@@ -9,6 +9,8 @@ export interface RouteDescription {
   tag: string
   role: string | null
   requestSchema?: string
+  /** Id of an object schema whose properties are the route's query parameters. */
+  querySchema?: string
   requiredHeaders?: string[]
   responses?: Record<string, { description: string; schema?: string }>
   kind?: string
@@ -27,6 +29,15 @@ function rewriteRefs(value: unknown): unknown {
   return out
 }
 
+function queryParameters(schema: JsonSchema | undefined) {
+  if (!schema) return []
+  const required = (schema.required as string[] | undefined) ?? []
+  return Object.entries((schema.properties ?? {}) as Record<string, JsonSchema>).map(([name, property]) => {
+    const { description, 'x-expected': _expected, ...rest } = property
+    return { name, in: 'query', required: required.includes(name), ...(description ? { description } : {}), schema: rewriteRefs(rest) }
+  })
+}
+
 export function buildOpenApi(routes: RouteDescription[], all: Map<string, JsonSchema>, version: string) {
   const paths: Record<string, Record<string, unknown>> = {}
   for (const route of routes) {
@@ -35,6 +46,7 @@ export function buildOpenApi(routes: RouteDescription[], all: Map<string, JsonSc
     const parameters = [
       ...[...route.path.matchAll(/:([A-Za-z0-9_]+)/g)].map(m => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } })),
       ...(route.requiredHeaders ?? []).map(name => ({ name, in: 'header', required: true, schema: { type: 'string' } })),
+      ...queryParameters(route.querySchema ? all.get(route.querySchema) : undefined),
     ]
     const responses: Record<string, unknown> = {}
     for (const [status, response] of Object.entries(route.responses ?? { '200': { description: 'OK' } })) {
