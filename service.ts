@@ -15,6 +15,7 @@ import type { Platform } from './platform/index.js'
 import { buildOpenApi, schemas } from './schemas/index.js'
 import { createDialer } from './dialer/index.js'
 import { createReports } from './reports/index.js'
+import { createEngine } from './engine/index.js'
 
 const VERSION: string = JSON.parse(readFileSync(new URL('./package.json', import.meta.url.replace(/\/dist\/[^/]*$/, '/')), 'utf8')).version
 
@@ -53,7 +54,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   const keys = new KeyRegistry(parseBootstrapKeys(config.apiKeys), store)
   await keys.init()
 
-  const modules: ServiceModule[] = [createDialer(platform, { idempotencyStore }), createReports(platform)]
+  const modules: ServiceModule[] = [createDialer(platform, { idempotencyStore }), createReports(platform), createEngine(platform)]
   for (const module of modules) await module.start()
 
   const routes = modules.flatMap(m => m.routes)

@@ -113,6 +113,18 @@ class ResponseStream implements StreamSink {
     this.fireClose()
   }
 
+  abandon(last: string) {
+    if (this.closed) return
+    this.queue = []
+    this.queuedBytes = 0
+    this.ended = true
+    this.reply.res.cork(() => {
+      this.reply.res.write(last)
+      this.reply.res.end()
+    })
+    this.fireClose()
+  }
+
   private fireClose() {
     for (const listener of this.closeListeners.splice(0)) listener()
   }

@@ -34,6 +34,8 @@ export interface StreamSink {
   end(): void
   readonly closed: boolean
   onClose(listener: () => void): void
+  /** Discards what is queued for a client that cannot keep up, writes `last` and ends. */
+  abandon?(last: string): void
 }
 
 interface RouteBase {

@@ -7,8 +7,8 @@ export interface Config {
   role: ProcessRole
   port: number
   host: string
-  /** Public root used to build absolute URLs (signed upload URLs). */
-  publicBaseUrl: string
+  /** Public root for absolute URLs (signed upload URLs); unset: taken from the request's Host. */
+  publicBaseUrl?: string
   mongoUrl?: string
   /** Idempotency records may live in a separate MongoDB; defaults to mongoUrl. */
   idempotencyMongoUrl?: string
@@ -28,6 +28,15 @@ export interface Config {
     heartbeatMs: number
     replayBufferEvents: number
     consumerBufferBytes: number
+    /** How long a consumer without an open stream is kept for Last-Event-ID resumption. */
+    consumerRetentionMs: number
+    maxConsumersPerSession: number
+  }
+  engine: {
+    /** A session without activity for this long is closed as abandoned. */
+    sessionIdleTimeoutMs: number
+    /** Deadline of an external tool call that sets no timeoutMs of its own. */
+    externalToolTimeoutMs: number
   }
   crewsFile: string
   reportsFile: string
@@ -86,7 +95,7 @@ export function loadConfig(env: Env = process.env): Config {
     role: oneOf(env, 'ROLE', ['all', 'gateway', 'engine', 'worker'] as const, 'all'),
     port,
     host,
-    publicBaseUrl: (env.PUBLIC_BASE_URL || `http://127.0.0.1:${port}`).replace(/\/$/, ''),
+    publicBaseUrl: env.PUBLIC_BASE_URL ? env.PUBLIC_BASE_URL.replace(/\/$/, '') : undefined,
     mongoUrl,
     idempotencyMongoUrl: url(env, 'IDEMPOTENCY_MONGO_URL', ['mongodb', 'mongodb+srv']) ?? mongoUrl,
     natsUrl: url(env, 'NATS_URL', ['nats', 'tls', 'ws', 'wss']),
@@ -105,6 +114,12 @@ export function loadConfig(env: Env = process.env): Config {
       heartbeatMs: int(env, 'SSE_HEARTBEAT_MS', 30_000, 10),
       replayBufferEvents: int(env, 'SSE_REPLAY_BUFFER_EVENTS', 1000, 1),
       consumerBufferBytes: int(env, 'SSE_CONSUMER_BUFFER_BYTES', 1024 * 1024, 1024),
+      consumerRetentionMs: int(env, 'SSE_CONSUMER_RETENTION_MS', 5 * 60_000, 0),
+      maxConsumersPerSession: int(env, 'SSE_MAX_CONSUMERS_PER_SESSION', 16, 1),
+    },
+    engine: {
+      sessionIdleTimeoutMs: int(env, 'SESSION_IDLE_TIMEOUT_MS', 30 * 60_000, 100),
+      externalToolTimeoutMs: int(env, 'EXTERNAL_TOOL_TIMEOUT_MS', 120_000, 10),
     },
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',

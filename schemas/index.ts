@@ -2,9 +2,11 @@
 import { SchemaRegistry } from './validator.js'
 import { dialerSchemas } from './dialer.js'
 import { reportsSchemas } from './reports.js'
+import { channelSchemas } from './channel.js'
+import { adminSchemas } from './admin.js'
 
 export { type ValidationIssue, type JsonSchema, toFieldPath } from './validator.js'
 export { ADDRESS_TYPES, CHANNELS, DUPLICATE_STRATEGIES } from './dialer.js'
 export { buildOpenApi } from './openapi.js'
 
-export const schemas = new SchemaRegistry([dialerSchemas, reportsSchemas])
+export const schemas = new SchemaRegistry([dialerSchemas, reportsSchemas, channelSchemas, adminSchemas])

@@ -1,0 +1,738 @@
+// The actor host: owns the live session actors of this process. It turns transport commands
+// into machine events (refusing what the machine would ignore), runs the effects the machine
+// asks for (providers, tools), fans published events out to listeners, writes the history log,
+// the persisted snapshot and the session records, and keeps deadlines armed as timers.
+import { randomUUID } from 'node:crypto'
+import { createActor, fromCallback, type Actor } from 'xstate'
+import { ApiError } from '../gateway/errors.js'
+import type { Platform } from '../platform/index.js'
+import { DuplicateKeyError, type Collection, type Doc } from '../platform/store/index.js'
+import type { SessionRecorder, SessionStatus } from '../reports/index.js'
+import type { CrewCatalog, Crew, ToolDefinition } from './crews.js'
+import {
+  assertCan,
+  IllegalMoveError,
+  openingOf,
+  sessionMachine,
+  stateName,
+  type GenerationInput,
+  type SessionContext,
+  type SessionEvent,
+  type SessionInput,
+  type SessionSnapshot,
+  type ToolRunInput,
+} from './machine.js'
+import type { AssistantProvider } from './providers/types.js'
+import type { CreateSessionRequest, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
+import type { HistoryEntry, PendingTool } from './types.js'
+
+export const SESSIONS = 'engine_sessions'
+export const SESSION_LOG = 'engine_session_log'
+export const CREW_SLOTS = 'engine_crew_slots'
+
+interface SessionDoc extends Doc {
+  accountId: string
+  crewId: string
+  state: 'active' | 'paused' | 'destroyed'
+  agentId: string
+  /** XState persisted snapshot as JSON text (client-supplied keys are not valid field names everywhere). */
+  snapshot: string | null
+  logPosition: number
+  consumers: string[]
+  deadlines: { idle: number; tools: number[] }
+  createdAt: Date
+  updatedAt: Date
+  destroyedAt?: Date
+  closeReason?: string
+}
+
+interface LogDoc extends Doc {
+  sessionId: string
+  seq: number
+  at: number
+  type: string
+  entry: string
+}
+
+interface SlotDoc extends Doc {
+  live: number
+}
+
+interface LiveSession {
+  id: string
+  accountId: string
+  crew: Crew
+  actor: Actor<typeof sessionMachine>
+  listeners: Set<TransportListener>
+  consumers: Set<string>
+  pendingLog: HistoryEntry[]
+  dirty: boolean
+  flushing: Promise<void> | null
+  records: Promise<void>
+  idleTimer: { deadline: number; timer: NodeJS.Timeout } | null
+  toolTimers: Map<string, NodeJS.Timeout>
+  finished: boolean
+  /** Set once destroyed: resolves when its resources are released. */
+  cleanup: Promise<void> | null
+}
+
+export interface HostOptions {
+  platform: Platform
+  crews: CrewCatalog
+  recorder: SessionRecorder
+  providers: Record<string, AssistantProvider>
+  idleTimeoutMs: number
+  maxToolRounds?: number
+  /** Default deadline of external tools without their own timeoutMs. */
+  externalToolTimeoutMs?: number
+}
+
+const notFound = (sessionId: string) => new ApiError(404, 'SESSION_NOT_FOUND', `Session ${sessionId} not found`)
+
+const RECORD_STATUS: Record<string, Exclude<SessionStatus, 'active' | 'paused'>> = {
+  idle_timeout: 'abandoned',
+  abandoned: 'abandoned',
+  user_gone: 'abandoned',
+  transferred_to_human: 'transferred_to_human',
+  handoff: 'transferred_to_human',
+  error: 'error',
+}
+
+export class SessionHost {
+  private readonly live = new Map<string, LiveSession>()
+  private readonly loading = new Map<string, Promise<LiveSession | null>>()
+  private readonly sessions: Collection<SessionDoc>
+  private readonly log: Collection<LogDoc>
+  private readonly slots: Collection<SlotDoc>
+  private readonly machine
+  private stopped = false
+
+  constructor(private readonly options: HostOptions) {
+    const { store } = options.platform
+    this.sessions = store.collection<SessionDoc>(SESSIONS)
+    this.log = store.collection<LogDoc>(SESSION_LOG)
+    this.slots = store.collection<SlotDoc>(CREW_SLOTS)
+    this.machine = sessionMachine.provide({
+      actors: {
+        generate: fromCallback<SessionEvent, GenerationInput>(({ input, sendBack }) => this.generate(input, sendBack)),
+        runTools: fromCallback<SessionEvent, ToolRunInput>(({ input, sendBack }) => this.runTools(input, sendBack)),
+      },
+    })
+  }
+
+  private get now() {
+    return this.options.platform.clock.now()
+  }
+
+  async init() {
+    const { store } = this.options.platform
+    await store.ensureIndexes(SESSIONS, [
+      { name: 'account_crew_state', key: { accountId: 1, crewId: 1, state: 1 } },
+      // Tombstones of destroyed sessions are kept a day (a late call says "destroyed", then 404).
+      { name: 'destroyed_ttl', key: { destroyedAt: 1 }, expireAfterSeconds: 86_400 },
+    ])
+    await store.ensureIndexes(SESSION_LOG, [{ name: 'session_seq', key: { sessionId: 1, seq: 1 }, unique: true }])
+    await this.options.recorder.ensureIndexes()
+  }
+
+  liveCount() {
+    return this.live.size
+  }
+
+  // ---------------------------------------------------------------- create
+
+  async create(request: CreateSessionRequest, listener: TransportListener): Promise<Subscription> {
+    const crew = this.options.crews.get(request.crewId)
+    if (!crew || (crew.accounts && !crew.accounts.includes(request.accountId))) {
+      throw new ApiError(400, 'CREW_NOT_FOUND', `Crew ${request.crewId} does not exist or is not available to this account`)
+    }
+    await this.acquireSlot(request.accountId, crew)
+    try {
+      return await this.start(request, crew, listener)
+    } catch (error) {
+      await this.releaseSlot(request.accountId, crew.id)
+      throw error
+    }
+  }
+
+  /** The concurrent-session limit, kept in the store so every node counts the same sessions. */
+  private async acquireSlot(accountId: string, crew: Crew) {
+    try {
+      await this.slots.findOneAndUpdate(
+        { _id: `${accountId}:${crew.id}`, live: { $lt: crew.maxConcurrentSessions } },
+        { $inc: { live: 1 } },
+        { upsert: true },
+      )
+    } catch (error) {
+      if (!(error instanceof DuplicateKeyError)) throw error
+      throw new ApiError(
+        429,
+        'SESSION_LIMIT_REACHED',
+        `Crew ${crew.id} already has ${crew.maxConcurrentSessions} live sessions for this account; close one and retry`,
+        { limit: crew.maxConcurrentSessions },
+      )
+    }
+  }
+
+  private async releaseSlot(accountId: string, crewId: string) {
+    await this.slots.updateOne({ _id: `${accountId}:${crewId}`, live: { $gt: 0 } }, { $inc: { live: -1 } })
+  }
+
+  private async start(request: CreateSessionRequest, crew: Crew, listener: TransportListener): Promise<Subscription> {
+    const at = this.now
+    const input: SessionInput = {
+      sessionId: request.sessionId,
+      accountId: request.accountId,
+      crewId: crew.id,
+      agentId: crew.agents[0]!,
+      agents: crew.agents,
+      modifiers: crew.modifiers,
+      guardrails: crew.guardrails,
+      arguments: request.arguments,
+      outbound: request.outbound,
+      at,
+      idleTimeoutMs: this.options.idleTimeoutMs,
+      maxToolRounds: this.options.maxToolRounds,
+      consumerId: request.consumerId,
+    }
+    const opening = openingOf(input)
+    await this.sessions.insertOne({
+      _id: request.sessionId,
+      accountId: request.accountId,
+      crewId: crew.id,
+      state: 'active',
+      agentId: input.agentId,
+      snapshot: null,
+      logPosition: 0,
+      consumers: [request.consumerId],
+      deadlines: { idle: opening.context.idleDeadline, tools: [] },
+      createdAt: new Date(at),
+      updatedAt: new Date(at),
+    })
+    const actor = createActor(this.machine, { input: { context: opening.context } })
+    const live = this.register(request.sessionId, request.accountId, crew, actor, [request.consumerId])
+    live.listeners.add(listener)
+    this.chainRecord(live, () =>
+      this.options.recorder.opened({ accountId: request.accountId, crewId: crew.id, sessionId: request.sessionId, agentId: input.agentId, startTime: at }),
+    )
+    for (const entry of opening.log) this.onLog(live, entry)
+    for (const event of opening.publish) listener({ kind: 'event', ...event })
+    actor.start()
+    this.afterEvent(live)
+    return { unsubscribe: () => live.listeners.delete(listener) }
+  }
+
+  private register(id: string, accountId: string, crew: Crew, actor: Actor<typeof sessionMachine>, consumers: string[]): LiveSession {
+    const live: LiveSession = {
+      id,
+      accountId,
+      crew,
+      actor,
+      listeners: new Set(),
+      consumers: new Set(consumers),
+      pendingLog: [],
+      dirty: false,
+      flushing: null,
+      records: Promise.resolve(),
+      idleTimer: null,
+      toolTimers: new Map(),
+      finished: false,
+      cleanup: null,
+    }
+    actor.on('log', ({ entry }) => this.onLog(live, entry))
+    actor.on('publish', ({ event }) => {
+      for (const listener of live.listeners) listener({ kind: 'event', ...event })
+    })
+    actor.subscribe({
+      next: snapshot => {
+        if (snapshot.status === 'done') this.finish(live)
+      },
+      error: error => {
+        this.options.platform.logger.error('session actor failed', { sessionId: id, error })
+        this.finish(live)
+      },
+    })
+    this.live.set(id, live)
+    this.options.platform.metrics.sessionsLive.inc({ crew: crew.id })
+    return live
+  }
+
+  // ---------------------------------------------------------------- commands
+
+  private async obtain(target: SessionTarget): Promise<LiveSession> {
+    let live = this.live.get(target.sessionId) ?? null
+    if (!live) live = await this.restore(target.sessionId)
+    if (!live || live.finished || live.accountId !== target.accountId) throw notFound(target.sessionId)
+    return live
+  }
+
+  async subscribe(target: SessionTarget, listener: TransportListener): Promise<Subscription> {
+    const live = await this.obtain(target)
+    live.listeners.add(listener)
+    return { unsubscribe: () => live.listeners.delete(listener) }
+  }
+
+  async command(target: SessionTarget, command: SessionCommand): Promise<unknown> {
+    if (this.stopped) throw new ApiError(503, 'SHUTTING_DOWN', 'The engine is shutting down; retry on another node')
+    const live = await this.obtain(target)
+    const at = this.now
+    switch (command.type) {
+      case 'query.history':
+        return this.history(live, command.after, command.limit)
+      case 'query.snapshot':
+        return this.snapshotOf(live)
+      case 'consumer.attach':
+        live.consumers.add(command.consumerId)
+        await this.sessions.updateOne({ _id: live.id }, { $addToSet: { consumers: command.consumerId } })
+        return { consumerId: command.consumerId }
+      case 'user.message':
+        if (!live.consumers.has(command.consumerId)) {
+          throw new ApiError(400, 'UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
+        }
+        this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
+        return { accepted: true, state: stateName(live.actor.getSnapshot()) }
+      case 'admin.toolinject':
+        return this.injectTool(live, command, at)
+      case 'external.resolve':
+        return this.resolve(live, command, at)
+      case 'admin.transfer': {
+        const context = live.actor.getSnapshot().context
+        if (!context.agents.includes(command.target)) {
+          throw new ApiError(400, 'UNKNOWN_AGENT', `Agent ${command.target} is not an agent of crew ${context.crewId}`, { agents: context.agents })
+        }
+        if (command.target === context.agentId) {
+          throw new ApiError(409, 'ALREADY_ASSIGNED', `Session ${live.id} is already handled by agent ${command.target}`)
+        }
+        this.send(live, { type: 'admin.transfer', userId: command.userId, target: command.target, reason: command.reason, at })
+        return { agentId: command.target }
+      }
+      case 'session.destroy':
+        this.send(live, { type: 'session.destroy', reason: command.reason, by: command.by, userId: command.userId, at })
+        await live.cleanup
+        return { sessionId: live.id, reason: command.reason }
+      default:
+        this.send(live, { ...command, at } as SessionEvent)
+        return {}
+    }
+  }
+
+  /** Sends an event the machine accepts, or refuses it with 409. */
+  private send(live: LiveSession, event: SessionEvent) {
+    try {
+      assertCan(live.actor.getSnapshot(), event)
+    } catch (error) {
+      if (error instanceof IllegalMoveError) {
+        throw new ApiError(409, 'INVALID_SESSION_STATE', error.message, { state: error.state, command: error.event })
+      }
+      throw error
+    }
+    live.actor.send(event)
+    this.afterEvent(live)
+  }
+
+  private tool(live: LiveSession, toolId: string): ToolDefinition {
+    const tool = live.crew.tools.find(t => t.id === toolId)
+    if (!tool) {
+      throw new ApiError(400, 'UNKNOWN_TOOL', `Tool ${toolId} is not a tool of crew ${live.crew.id}`, { tools: live.crew.tools.map(t => t.id) })
+    }
+    return tool
+  }
+
+  private async injectTool(live: LiveSession, command: Extract<SessionCommand, { type: 'admin.toolinject' }>, at: number) {
+    const tool = this.tool(live, command.tool)
+    const args = command.args ?? {}
+    const issues = this.options.crews.validateArgs(live.crew.id, tool.id, args)
+    if (issues.length) throw new ApiError(400, 'VALIDATION_FAILED', `Arguments do not match the parameters of tool ${tool.id}`, { details: issues })
+    const base = { callId: `call_${randomUUID()}`, tool: tool.id, args: args as Record<string, unknown>, origin: 'inject' as const, userId: command.userId }
+    if (tool.handler === 'external') {
+      const call: PendingTool = { ...base, external: true, correlationId: randomUUID(), deadline: at + this.externalTimeout(tool) }
+      this.send(live, { type: 'admin.toolinject', userId: command.userId, call, at })
+      return { tool: tool.id, callId: call.callId, status: 'pending', correlationId: call.correlationId, deadline: new Date(call.deadline!).toISOString() }
+    }
+    const result = runBuiltin(tool, base.args, at)
+    this.send(live, { type: 'admin.toolinject', userId: command.userId, call: { ...base, external: false }, result, ok: true, at })
+    return { tool: tool.id, callId: base.callId, status: 'completed', result }
+  }
+
+  private externalTimeout(tool: ToolDefinition) {
+    return tool.timeoutMs ?? this.options.externalToolTimeoutMs ?? 120_000
+  }
+
+  private resolve(live: LiveSession, command: Extract<SessionCommand, { type: 'external.resolve' }>, at: number) {
+    const context = live.actor.getSnapshot().context
+    const pending = context.pendingTools.find(p => p.correlationId === command.correlationId)
+    if (!pending) {
+      if (context.resolved.includes(command.correlationId)) {
+        throw new ApiError(409, 'CORRELATION_ALREADY_RESOLVED', `Correlation ${command.correlationId} already has its result`)
+      }
+      throw new ApiError(404, 'CORRELATION_NOT_FOUND', `No tool call of session ${live.id} waits for correlation ${command.correlationId}`)
+    }
+    this.send(live, { type: 'external.resolve', correlationId: command.correlationId, result: command.result, userId: command.userId, at })
+    return { callId: pending.callId, tool: pending.tool }
+  }
+
+  // ---------------------------------------------------------------- effects
+
+  private generate(input: GenerationInput, sendBack: (event: SessionEvent) => void) {
+    const controller = new AbortController()
+    const crew = this.options.crews.get(input.crewId)
+    const run = async () => {
+      if (!crew) throw new Error(`crew ${input.crewId} is no longer configured`)
+      const provider = this.options.providers[crew.assistant.provider]
+      if (!provider) throw new Error(`no provider ${crew.assistant.provider}`)
+      let text = ''
+      const calls: { tool: string; args: Record<string, unknown>; id?: string }[] = []
+      const stream = provider.generate({
+        crew,
+        agentId: input.agentId,
+        turnId: input.turnId,
+        arguments: input.arguments,
+        messages: input.messages,
+        tools: input.toolsAllowed ? crew.tools : [],
+        signal: controller.signal,
+      })
+      for await (const chunk of stream) {
+        if (controller.signal.aborted) return
+        if (chunk.type === 'text') {
+          text += chunk.delta
+          sendBack({ type: 'gen.delta', delta: chunk.delta, at: this.now })
+        } else {
+          calls.push(chunk)
+        }
+      }
+      if (controller.signal.aborted) return
+      const at = this.now
+      const toolCalls: PendingTool[] = calls.map(call => {
+        const tool = crew.tools.find(t => t.id === call.tool)
+        const valid = tool ? this.options.crews.validateArgs(crew.id, tool.id, call.args).length === 0 : false
+        const external = !!tool && tool.handler === 'external' && valid
+        return {
+          callId: call.id ?? `call_${randomUUID()}`,
+          tool: call.tool,
+          args: call.args,
+          external,
+          origin: 'turn',
+          ...(external ? { correlationId: randomUUID(), deadline: at + this.externalTimeout(tool!) } : {}),
+        }
+      })
+      sendBack({ type: 'gen.completed', text, toolCalls, at })
+    }
+    run().catch(error => {
+      if (controller.signal.aborted) return
+      this.options.platform.logger.warn('assistant generation failed', { sessionId: input.sessionId, error })
+      sendBack({ type: 'gen.failed', error: (error as Error).message, at: this.now })
+    })
+    return () => controller.abort()
+  }
+
+  private runTools(input: ToolRunInput, sendBack: (event: SessionEvent) => void) {
+    let stopped = false
+    const crew = this.options.crews.get(input.crewId)
+    queueMicrotask(() => {
+      for (const call of input.calls) {
+        if (stopped) return
+        const at = this.now
+        const tool = crew?.tools.find(t => t.id === call.tool)
+        if (!crew || !tool) {
+          sendBack({ type: 'tool.result', callId: call.callId, ok: false, result: { error: 'unknown_tool', message: `No tool ${call.tool}` }, at })
+          continue
+        }
+        const issues = this.options.crews.validateArgs(crew.id, tool.id, call.args)
+        if (issues.length) {
+          sendBack({ type: 'tool.result', callId: call.callId, ok: false, result: { error: 'invalid_arguments', details: issues }, at })
+          continue
+        }
+        try {
+          sendBack({ type: 'tool.result', callId: call.callId, ok: true, result: runBuiltin(tool, call.args, at), at })
+        } catch (error) {
+          sendBack({ type: 'tool.result', callId: call.callId, ok: false, result: { error: 'tool_failed', message: (error as Error).message }, at })
+        }
+      }
+    })
+    return () => {
+      stopped = true
+    }
+  }
+
+  // ---------------------------------------------------------------- after every event
+
+  private afterEvent(live: LiveSession) {
+    if (live.finished) return
+    const snapshot = live.actor.getSnapshot()
+    if (snapshot.status !== 'active') return
+    this.armTimers(live, snapshot.context)
+  }
+
+  private armTimers(live: LiveSession, context: SessionContext) {
+    if (live.idleTimer?.deadline !== context.idleDeadline) {
+      if (live.idleTimer) clearTimeout(live.idleTimer.timer)
+      live.idleTimer = { deadline: context.idleDeadline, timer: this.timer(context.idleDeadline, () => this.expire(live)) }
+    }
+    const wanted = new Set<string>()
+    for (const pending of context.pendingTools) {
+      if (!pending.correlationId || pending.deadline === undefined) continue
+      wanted.add(pending.correlationId)
+      if (!live.toolTimers.has(pending.correlationId)) {
+        const correlationId = pending.correlationId
+        live.toolTimers.set(correlationId, this.timer(pending.deadline, () => this.expireTool(live, correlationId)))
+      }
+    }
+    for (const [id, timer] of live.toolTimers) {
+      if (!wanted.has(id)) {
+        clearTimeout(timer)
+        live.toolTimers.delete(id)
+      }
+    }
+  }
+
+  private timer(deadline: number, fire: () => void) {
+    const timer = setTimeout(fire, Math.min(Math.max(0, deadline - this.now), 2 ** 31 - 1))
+    timer.unref()
+    return timer
+  }
+
+  private expire(live: LiveSession) {
+    live.idleTimer = null
+    if (live.finished) return
+    const event: SessionEvent = { type: 'session.expire', at: this.now }
+    if (live.actor.getSnapshot().can(event)) live.actor.send(event)
+    this.afterEvent(live)
+  }
+
+  private expireTool(live: LiveSession, correlationId: string) {
+    live.toolTimers.delete(correlationId)
+    if (live.finished) return
+    const event: SessionEvent = { type: 'tool.expire', correlationId, at: this.now }
+    if (live.actor.getSnapshot().can(event)) live.actor.send(event)
+    else {
+      // Not due yet by the service clock: arm again for what is left.
+      const pending = live.actor.getSnapshot().context.pendingTools.find(p => p.correlationId === correlationId)
+      if (pending?.deadline !== undefined) live.toolTimers.set(correlationId, this.timer(pending.deadline, () => this.expireTool(live, correlationId)))
+      return
+    }
+    this.afterEvent(live)
+  }
+
+  // ---------------------------------------------------------------- history, records, persistence
+
+  private onLog(live: LiveSession, entry: HistoryEntry) {
+    live.pendingLog.push(entry)
+    const { recorder } = this.options
+    switch (entry.type) {
+      case 'message.user':
+        this.chainRecord(live, () => recorder.counted(live.id, { userMessages: 1 }))
+        break
+      case 'message.assistant':
+        this.chainRecord(live, () => recorder.counted(live.id, { assistantMessages: 1 }))
+        break
+      case 'tool.call':
+        this.chainRecord(live, () => recorder.counted(live.id, { toolCalls: 1 }))
+        break
+      case 'agent.transferred':
+        this.chainRecord(live, () => recorder.transferred(live.id, entry.to as string))
+        break
+      case 'session.paused':
+        this.chainRecord(live, () => recorder.statusChanged(live.id, 'paused'))
+        break
+      case 'session.resumed':
+        this.chainRecord(live, () => recorder.statusChanged(live.id, 'active'))
+        break
+      case 'session.destroyed': {
+        const reason = String(entry.reason)
+        this.chainRecord(live, () => recorder.closed(live.id, { endTime: entry.at, status: RECORD_STATUS[reason] ?? 'completed', reason }))
+        break
+      }
+    }
+    this.schedulePersist(live)
+  }
+
+  private chainRecord(live: LiveSession, write: () => Promise<void>) {
+    live.records = live.records.then(write).catch(error => this.options.platform.logger.error('session record write failed', { sessionId: live.id, error }))
+  }
+
+  private schedulePersist(live: LiveSession) {
+    live.dirty = true
+    if (!live.flushing) live.flushing = this.persist(live).finally(() => (live.flushing = null))
+  }
+
+  /** Writes pending log entries, then the snapshot that points past them; coalesces bursts. */
+  private async persist(live: LiveSession) {
+    await new Promise(resolve => setImmediate(resolve))
+    while (live.dirty) {
+      live.dirty = false
+      const entries = live.pendingLog.splice(0)
+      try {
+        if (entries.length) {
+          await this.log.insertMany(
+            entries.map(entry => ({ _id: `${live.id}:${entry.seq}`, sessionId: live.id, seq: entry.seq, at: entry.at, type: entry.type, entry: JSON.stringify(entry) })),
+            { ordered: false },
+          )
+        }
+        if (live.finished) continue
+        const snapshot = live.actor.getSnapshot()
+        const context = snapshot.context
+        await this.sessions.updateOne(
+          { _id: live.id, state: { $ne: 'destroyed' } },
+          {
+            $set: {
+              state: snapshot.value === 'paused' ? 'paused' : 'active',
+              agentId: context.agentId,
+              snapshot: JSON.stringify(live.actor.getPersistedSnapshot()),
+              logPosition: context.seq,
+              deadlines: { idle: context.idleDeadline, tools: context.pendingTools.flatMap(p => (p.deadline === undefined ? [] : [p.deadline])) },
+              updatedAt: new Date(context.updatedAt),
+            },
+          },
+        )
+      } catch (error) {
+        this.options.platform.logger.error('session persistence failed', { sessionId: live.id, error })
+        live.pendingLog.unshift(...entries)
+        live.dirty = true
+        await new Promise(resolve => setTimeout(resolve, 250))
+        if (this.stopped) return
+      }
+    }
+  }
+
+  private async flushed(live: LiveSession) {
+    while (live.flushing) await live.flushing
+    await live.records
+  }
+
+  private finish(live: LiveSession) {
+    if (live.finished) return
+    live.finished = true
+    const context = live.actor.getSnapshot().context
+    if (live.idleTimer) clearTimeout(live.idleTimer.timer)
+    for (const timer of live.toolTimers.values()) clearTimeout(timer)
+    for (const listener of live.listeners) listener({ kind: 'closed', reason: context.closeReason ?? 'destroyed' })
+    live.listeners.clear()
+    this.live.delete(live.id)
+    this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
+    // Resources released: the log and the snapshot go; a tombstone says it was destroyed.
+    live.cleanup = (async () => {
+      await this.flushed(live)
+      await this.releaseSlot(live.accountId, live.crew.id)
+      await this.sessions.updateOne(
+        { _id: live.id },
+        { $set: { state: 'destroyed', snapshot: null, destroyedAt: new Date(this.now), closeReason: context.closeReason ?? 'destroyed' } },
+      )
+      await this.log.deleteMany({ sessionId: live.id })
+    })().catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
+  }
+
+  private async history(live: LiveSession, after: number, limit: number) {
+    await this.flushed(live)
+    const docs = await this.log.find({ sessionId: live.id, seq: { $gt: after } }, { sort: { seq: 1 }, limit: limit + 1 })
+    const entries = docs.slice(0, limit).map(d => {
+      const entry = JSON.parse(d.entry) as HistoryEntry
+      return { ...entry, at: new Date(entry.at).toISOString() }
+    })
+    const snapshot = live.actor.getSnapshot()
+    return {
+      sessionId: live.id,
+      state: stateName(snapshot),
+      logPosition: snapshot.context.seq,
+      data: entries,
+      hasMore: docs.length > limit,
+    }
+  }
+
+  private snapshotOf(live: LiveSession) {
+    const snapshot = live.actor.getSnapshot()
+    const c = snapshot.context
+    const state = stateName(snapshot)
+    return {
+      data: {
+        snapshot: {
+          sessionId: c.sessionId,
+          crewId: c.crewId,
+          state: state.split('.')[0],
+          phase: state.includes('.') ? state.split('.')[1] : null,
+          agentId: c.agentId,
+          transferred: c.transfers > 0,
+          transfers: c.transfers,
+          configuration: {
+            crewId: c.crewId,
+            crewName: live.crew.name,
+            agentId: c.agentId,
+            agents: c.agents,
+            assistant: { provider: live.crew.assistant.provider },
+            modifiers: c.modifiers,
+            tools: live.crew.tools.map(t => ({ id: t.id, description: t.description, external: t.handler === 'external' })),
+            context: { ...c.arguments, ResumenConversacion: c.summary },
+          },
+          memory: {
+            messages: c.messages.map(m => ({ ...m, at: new Date(m.at).toISOString() })),
+            pendingTools: c.pendingTools.map(p => ({ ...p, deadline: p.deadline === undefined ? undefined : new Date(p.deadline).toISOString() })),
+            replyOwed: c.replyOwed,
+          },
+          logPosition: c.seq,
+          createdAt: new Date(c.createdAt).toISOString(),
+          updatedAt: new Date(c.updatedAt).toISOString(),
+        },
+      },
+    }
+  }
+
+  // ---------------------------------------------------------------- restore
+
+  /** Rebuilds a session persisted by this or another node (timers re-armed from its deadlines). */
+  restore(sessionId: string): Promise<LiveSession | null> {
+    const existing = this.live.get(sessionId)
+    if (existing) return Promise.resolve(existing)
+    let loading = this.loading.get(sessionId)
+    if (!loading) {
+      loading = this.load(sessionId).finally(() => this.loading.delete(sessionId))
+      this.loading.set(sessionId, loading)
+    }
+    return loading
+  }
+
+  private async load(sessionId: string): Promise<LiveSession | null> {
+    if (this.stopped) return null
+    const doc = await this.sessions.findOne({ _id: sessionId, state: { $in: ['active', 'paused'] } })
+    if (!doc || !doc.snapshot) return null
+    const crew = this.options.crews.get(doc.crewId)
+    if (!crew) return null
+    const [last] = await this.log.find({ sessionId }, { sort: { seq: -1 }, limit: 1 })
+    const persisted = JSON.parse(doc.snapshot)
+    const actor = createActor(this.machine, { snapshot: persisted, input: { context: persisted.context } })
+    const live = this.register(sessionId, doc.accountId, crew, actor, doc.consumers)
+    actor.start()
+    const event: SessionEvent = { type: 'session.restored', logPosition: Math.max(doc.logPosition, last?.seq ?? 0), at: this.now }
+    if (actor.getSnapshot().can(event)) actor.send(event)
+    this.afterEvent(live)
+    return live
+  }
+
+  /** Stops actors without destroying sessions: they stay persisted for a restore. */
+  async stop() {
+    this.stopped = true
+    for (const live of [...this.live.values()]) {
+      if (live.idleTimer) clearTimeout(live.idleTimer.timer)
+      for (const timer of live.toolTimers.values()) clearTimeout(timer)
+      await this.flushed(live)
+      live.finished = true
+      live.actor.stop()
+      this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
+    }
+    this.live.clear()
+  }
+
+  /** For tests and the bench: the snapshot of a live session. */
+  peek(sessionId: string): SessionSnapshot | undefined {
+    return this.live.get(sessionId)?.actor.getSnapshot()
+  }
+}
+
+function runBuiltin(tool: ToolDefinition, args: Record<string, unknown>, at: number): unknown {
+  switch (tool.handler) {
+    case 'echo':
+      return { text: args.text }
+    case 'clock':
+      return { now: new Date(at).toISOString() }
+    default:
+      throw new Error(`tool ${tool.id} runs outside the engine`)
+  }
+}

@@ -1,0 +1,106 @@
+// The assistant channel (spec 4.2): create a session and stream it, send user messages,
+// attach more consumers (or resume one with Last-Event-ID), end the session.
+import { ApiError } from '../../gateway/errors.js'
+import type { Route } from '../../gateway/routes.js'
+import { parseLastEventId } from '../../gateway/sse.js'
+import { isUuid } from '../../platform/ids.js'
+import type { ChannelHub } from '../hub.js'
+import type { SessionTransport } from '../transport.js'
+import type { OutboundSpec } from '../types.js'
+import { body, uuidParam } from './common.js'
+
+export const CHANNEL_BASE = '/assistants-channel/api/v1/channel/api/eventstream'
+export const listenPath = (sessionId: string, consumerId: string) => `${CHANNEL_BASE}/${sessionId}/listen?consumerId=${consumerId}`
+
+const tag = 'Assistant channel'
+const errors = {
+  '400': { description: 'Invalid body or parameters (VALIDATION_FAILED, CREW_NOT_FOUND, INVALID_SESSION_ID, ...)' },
+  '401': { description: 'Missing or unknown apikey' },
+  '403': { description: 'The key lacks the channel role' },
+  '404': { description: 'Session not found (or owned by another account)' },
+}
+
+export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Route[] {
+  return [
+    {
+      kind: 'stream',
+      method: 'post',
+      path: `${CHANNEL_BASE}/:crewId`,
+      role: 'channel',
+      tag,
+      summary: 'Create a session with a crew and stream its events (first event: Initialized)',
+      requestSchema: 'channel.create',
+      responses: {
+        '200': { description: 'text/event-stream: Initialized, then the session events' },
+        '400': errors['400'],
+        '429': { description: 'SESSION_LIMIT_REACHED: the crew has maxConcurrentSessions live sessions' },
+      },
+      async open(ctx, start) {
+        const request = body<{ arguments?: Record<string, unknown>; outbound?: OutboundSpec }>(ctx, 'channel.create', true)
+        await hub.create(
+          { accountId: ctx.principal.accountId, crewId: ctx.params.crewId!, arguments: request.arguments ?? {}, outbound: request.outbound },
+          start,
+        )
+      },
+    },
+    {
+      method: 'put',
+      path: `${CHANNEL_BASE}/:sessionId/:consumerId`,
+      role: 'channel',
+      tag,
+      summary: 'Send a user message; the reply arrives on the stream',
+      requestSchema: 'channel.message',
+      responses: {
+        '201': { description: 'Accepted', schema: 'channel.accepted' },
+        ...errors,
+        '409': { description: 'INVALID_SESSION_STATE' },
+      },
+      async handle(ctx) {
+        const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
+        const consumerId = uuidParam(ctx, 'consumerId', 'INVALID_CONSUMER_ID')
+        const { message } = body<{ message: string }>(ctx, 'channel.message')
+        await transport.command({ sessionId, accountId: ctx.principal.accountId }, { type: 'user.message', consumerId, text: message })
+        return { status: 201, body: { sessionId, consumerId, status: 'accepted' } }
+      },
+    },
+    {
+      kind: 'stream',
+      method: 'post',
+      path: `${CHANNEL_BASE}/:sessionId/listen`,
+      role: 'channel',
+      tag,
+      summary: 'Attach a consumer (first event: session.consumer.attached), or resume one: ?consumerId= with Last-Event-ID',
+      responses: { '200': { description: 'text/event-stream' }, ...errors, '429': { description: 'CONSUMER_LIMIT_REACHED' } },
+      async open(ctx, start) {
+        const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
+        const consumerId = ctx.query.get('consumerId') ?? ctx.headers['x-consumer-id'] ?? undefined
+        if (consumerId !== undefined && !isUuid(consumerId)) throw new ApiError(400, 'INVALID_CONSUMER_ID', 'consumerId must be a UUID')
+        const lastEventId = parseLastEventId(ctx.headers['last-event-id'] ?? ctx.query.get('lastEventId'))
+        if (lastEventId === null) throw new ApiError(400, 'INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
+        if (lastEventId !== undefined && consumerId === undefined) {
+          throw new ApiError(400, 'CONSUMER_ID_REQUIRED', 'Resuming with Last-Event-ID needs the consumerId (query consumerId=...)')
+        }
+        await hub.listen(
+          { sessionId, accountId: ctx.principal.accountId },
+          { consumerId: consumerId?.toLowerCase(), lastEventId },
+          start,
+        )
+      },
+    },
+    {
+      method: 'del',
+      path: `${CHANNEL_BASE}/:sessionId`,
+      role: 'channel',
+      tag,
+      summary: 'End the session: every stream gets session.closed and ends',
+      requestSchema: 'channel.destroy',
+      responses: { '201': { description: 'Destroyed', schema: 'channel.destroyed' }, ...errors },
+      async handle(ctx) {
+        const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
+        const { reason = 'finished' } = body<{ reason?: string }>(ctx, 'channel.destroy', true)
+        await transport.command({ sessionId, accountId: ctx.principal.accountId }, { type: 'session.destroy', reason, by: 'channel' })
+        return { status: 201, body: { sessionId, status: 'destroyed', reason } }
+      },
+    },
+  ]
+}

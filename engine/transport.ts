@@ -1,0 +1,77 @@
+// The session transport: the only way the gateway side (channel and administration routes, the
+// stream hub) reaches session actors. Everything crossing it is plain JSON, and errors are
+// ApiError-shaped ({status, code, message, extra}), so a NATS implementation drops in without
+// touching the routes or the machine:
+//   create  -> request/reply on `sb.engine.create` (an engine node picks it, owns the actor)
+//   command -> request/reply on `sb.session.<id>.cmd` (the owning node answers; a node that does
+//              not host the session restores it from its persisted snapshot first)
+//   events  -> `sb.session.<id>.evt` published by the owner; subscribe() is a plain subscription,
+//              opened before create() sends so no early event is missed.
+// The in-process implementation below calls the host directly.
+import type { SessionHost } from './host.js'
+import type { ContextMessageInput } from './machine.js'
+import type { OutboundSpec, PublishedEvent } from './types.js'
+
+export interface SessionTarget {
+  sessionId: string
+  /** The caller's account: a session of another account is answered as not found. */
+  accountId: string
+}
+
+export interface CreateSessionRequest {
+  sessionId: string
+  consumerId: string
+  accountId: string
+  crewId: string
+  arguments: Record<string, unknown>
+  outbound?: OutboundSpec
+}
+
+export type TransportEvent = ({ kind: 'event' } & PublishedEvent) | { kind: 'closed'; reason: string }
+export type TransportListener = (event: TransportEvent) => void
+
+export type SessionCommand =
+  | { type: 'user.message'; consumerId: string; text: string }
+  | { type: 'consumer.attach'; consumerId: string }
+  | { type: 'admin.append'; userId: string; messages: ContextMessageInput[] }
+  | { type: 'admin.override'; userId: string; messages: ContextMessageInput[]; arguments?: Record<string, unknown> }
+  | { type: 'admin.attend'; userId: string }
+  | { type: 'admin.whisper'; userId: string; text: string }
+  | { type: 'admin.impersonate'; userId: string; text: string; applyModifiers: boolean }
+  | { type: 'admin.toolinject'; userId: string; tool: string; args: unknown }
+  | { type: 'admin.transfer'; userId: string; target: string; reason?: string }
+  | { type: 'admin.pause'; userId: string; reason?: string }
+  | { type: 'admin.resume'; userId: string }
+  | { type: 'external.resolve'; userId: string; correlationId: string; result: unknown }
+  | { type: 'session.destroy'; reason: string; by: 'channel' | 'admin'; userId?: string }
+  | { type: 'query.history'; after: number; limit: number }
+  | { type: 'query.snapshot' }
+
+export interface Subscription {
+  unsubscribe(): void
+}
+
+export interface SessionTransport {
+  /** Starts a session; `listener` receives its events from the very first one. */
+  create(request: CreateSessionRequest, listener: TransportListener): Promise<Subscription>
+  /** Runs a command on the owning actor; resolves with the command's result (JSON). */
+  command(target: SessionTarget, command: SessionCommand): Promise<unknown>
+  /** Events of an existing session from now on. */
+  subscribe(target: SessionTarget, listener: TransportListener): Promise<Subscription>
+}
+
+export class InProcessTransport implements SessionTransport {
+  constructor(private readonly host: SessionHost) {}
+
+  create(request: CreateSessionRequest, listener: TransportListener) {
+    return this.host.create(request, listener)
+  }
+
+  command(target: SessionTarget, command: SessionCommand) {
+    return this.host.command(target, command)
+  }
+
+  subscribe(target: SessionTarget, listener: TransportListener) {
+    return this.host.subscribe(target, listener)
+  }
+}

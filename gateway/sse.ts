@@ -1,0 +1,131 @@
+// Server-Sent Events on top of the gateway's StreamSink: frame formatting, per-consumer ids,
+// a bounded replay ring for Last-Event-ID resumption, and a heartbeat. Nothing here knows
+// about sessions; the channel hub (engine/channel) owns consumers and decides what to send.
+import type { StreamSink } from './routes.js'
+
+/** The part of a frame shared by every consumer of one event: `event:` and `data:` lines. */
+export function eventBody(event: string, data: unknown): string {
+  // JSON.stringify escapes newlines, so one `data:` line always carries the whole payload.
+  return `event: ${event}\ndata: ${JSON.stringify(data ?? {})}\n\n`
+}
+
+export const frame = (id: number, body: string) => `id: ${id}\n${body}`
+
+export function formatEvent(id: number, event: string, data: unknown): string {
+  return frame(id, eventBody(event, data))
+}
+
+/**
+ * Last-Event-ID as sent by EventSource clients (header) or by clients that cannot set headers
+ * (query `lastEventId`). Returns undefined when absent, null when present but malformed.
+ */
+export function parseLastEventId(raw: string | undefined | null): number | undefined | null {
+  if (raw === undefined || raw === null || raw === '') return undefined
+  if (!/^\d{1,15}$/.test(raw.trim())) return null
+  return Number(raw.trim())
+}
+
+interface RingEntry {
+  id: number
+  body: string
+}
+
+/**
+ * The last `capacity` frames sent (or due) to one consumer. `since(n)` answers what a client
+ * that saw id n has missed, or reports the gap when frames after n were already evicted.
+ */
+export class ReplayRing {
+  private entries: RingEntry[] = []
+  private head = 0
+  /** Highest id evicted from the ring (0: nothing lost yet). */
+  evictedUpTo = 0
+
+  constructor(readonly capacity: number) {}
+
+  push(id: number, body: string) {
+    this.entries.push({ id, body })
+    if (this.entries.length - this.head > this.capacity) {
+      this.evictedUpTo = this.entries[this.head]!.id
+      this.head++
+      // Amortised O(1): compact once the dead prefix is as long as the ring.
+      if (this.head >= this.capacity) {
+        this.entries = this.entries.slice(this.head)
+        this.head = 0
+      }
+    }
+  }
+
+  get length() {
+    return this.entries.length - this.head
+  }
+
+  /** Frames with id > lastId, oldest first; `gap` is set when some of them are gone. */
+  since(lastId: number): { entries: RingEntry[]; gap: { lost: number; evictedUpTo: number } | null } {
+    const out: RingEntry[] = []
+    for (let i = this.head; i < this.entries.length; i++) if (this.entries[i]!.id > lastId) out.push(this.entries[i]!)
+    const gap = lastId < this.evictedUpTo ? { lost: this.evictedUpTo - lastId, evictedUpTo: this.evictedUpTo } : null
+    return { entries: out, gap }
+  }
+}
+
+export interface SseStreamOptions {
+  heartbeatMs: number
+  /** Frame body of the heartbeat (event `hearthbeat`, spelled as the interface spells it). */
+  heartbeatBody: string
+  /** Next id to use; the caller (a consumer) owns the counter so it survives reconnections. */
+  nextId: () => number
+  onDropped: () => void
+}
+
+/**
+ * One open SSE response. Writes never block: when the client's buffer is over its bound the
+ * stream reports it (write returns false) and the owner drops the consumer.
+ */
+export class SseStream {
+  private readonly heartbeat: NodeJS.Timeout
+  private endedByServer = false
+
+  constructor(readonly sink: StreamSink, private readonly options: SseStreamOptions) {
+    this.heartbeat = setInterval(() => {
+      if (!this.send(this.options.nextId(), this.options.heartbeatBody)) this.options.onDropped()
+    }, options.heartbeatMs)
+    this.heartbeat.unref()
+    sink.onClose(() => clearInterval(this.heartbeat))
+  }
+
+  get closed() {
+    return this.sink.closed
+  }
+
+  /** True when the client went away on its own (not ended by us). */
+  get closedByClient() {
+    return this.sink.closed && !this.endedByServer
+  }
+
+  /** Writes one frame; false when the client is over its buffer (or gone). */
+  send(id: number, body: string): boolean {
+    if (this.sink.closed) return false
+    return this.sink.write(frame(id, body))
+  }
+
+  /** Sends a last frame (if any) and ends the response. */
+  end(last?: { id: number; body: string }) {
+    if (this.sink.closed) return
+    this.endedByServer = true
+    clearInterval(this.heartbeat)
+    if (last) this.sink.write(frame(last.id, last.body))
+    this.sink.end()
+  }
+
+  /**
+   * Drops a slow client: what is queued for it is discarded (it replays from its ring after
+   * reconnecting with Last-Event-ID), the last frame is written, and the response ends.
+   */
+  drop(last: { id: number; body: string }) {
+    if (this.sink.closed) return
+    this.endedByServer = true
+    clearInterval(this.heartbeat)
+    if (this.sink.abandon) this.sink.abandon(frame(last.id, last.body))
+    else this.end(last)
+  }
+}
