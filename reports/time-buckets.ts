@@ -30,16 +30,15 @@ export interface OffsetSegment {
   offsetMs: number
 }
 
-/** A valid IANA zone, canonically spelled (Europe/Madrid for europe/madrid), or null. */
+/**
+ * The name if it is an IANA zone the runtime knows (tzdb names and their links, any letter case,
+ * as Intl accepts them), else null. Kept as given: ICU would "canonicalise" to older spellings
+ * (Asia/Kathmandu -> Asia/Katmandu).
+ */
 export function canonicalZone(name: string): string | null {
   // IANA names only: no "+05:00", "UTC+5" or POSIX TZ strings, even where Intl would take them.
   if (!/^[A-Za-z][A-Za-z0-9_+\-]*(\/[A-Za-z0-9_+\-]+)*$/.test(name)) return null
-  if (!IANAZone.isValidZone(name)) return null
-  try {
-    return new Intl.DateTimeFormat('en-US', { timeZone: name }).resolvedOptions().timeZone
-  } catch {
-    return null
-  }
+  return IANAZone.isValidZone(name) ? name : null
 }
 
 const offsetMs = (zone: IANAZone, t: number) => zone.offset(t) * 60_000

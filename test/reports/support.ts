@@ -1,0 +1,46 @@
+// Seeding helpers for the report tests: session records written straight into the store, in the
+// shape SessionRecorder writes (the engine's writer is tested on its own in records.test.ts).
+import { SESSION_RECORDS, type SessionRecordDoc, type SessionStatus } from '../../reports/index.js'
+import type { Store } from '../../platform/store/index.js'
+
+export const SD = '/engine/v1/api/reports/sessions-detail'
+export const ER = '/engine/v1/api/reports/execute-report'
+
+let serial = 0
+
+export function sessionRecord(r: Partial<SessionRecordDoc> & { start_time: number }): SessionRecordDoc {
+  const id = r._id ?? r.session_id ?? `s-${String(++serial).padStart(6, '0')}`
+  const status: SessionStatus = r.status ?? 'completed'
+  const live = status === 'active' || status === 'paused'
+  const duration = live ? null : r.duration ?? 60_000
+  return {
+    _id: id,
+    session_id: id,
+    accountId: 'acme',
+    crew_id: 'crew-1',
+    agent_id: 'agent-1',
+    agents: [r.agent_id ?? 'agent-1'],
+    end_time: live ? null : r.start_time + (duration ?? 0),
+    duration,
+    status,
+    messages: 4,
+    user_messages: 2,
+    assistant_messages: 2,
+    tool_calls: 0,
+    transfers: 0,
+    end_reason: live ? null : 'user_ended',
+    ...r,
+  }
+}
+
+export async function seed(store: Store, records: SessionRecordDoc[]) {
+  const r = await store.collection<SessionRecordDoc>(SESSION_RECORDS).insertMany(records)
+  if (r.insertedCount !== records.length) throw new Error(`seeded ${r.insertedCount} of ${records.length}`)
+}
+
+export const query = (params: Record<string, string | number | undefined>) =>
+  '?' +
+  Object.entries(params)
+    .filter(([, v]) => v !== undefined)
+    .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`)
+    .join('&')
