@@ -31,8 +31,10 @@ export interface SessionRecordDoc {
 }
 
 export const SESSION_RECORD_INDEXES: IndexSpec[] = [
-  // sessions-detail: one crew of one account over a time range, in a stable order.
-  { name: 'account_crew_start', key: { accountId: 1, crew_id: 1, start_time: 1, _id: 1 } },
+  // Both report queries: one crew of one account over a start_time range; sessions-detail sorts
+  // by (start_time, _id) and seeks past a cursor on it. The embedded store hashes records by
+  // (account, crew), so those queries scan one crew's records, not the collection.
+  { name: 'account_crew_start', key: { accountId: 1, crew_id: 1, start_time: 1, _id: 1 }, partitionFields: 2 },
 ]
 
 export class SessionRecorder {

@@ -13,6 +13,11 @@ export interface IndexSpec {
   unique?: boolean
   /** TTL: the indexed field is a Date; the document expires that many seconds after it. */
   expireAfterSeconds?: number
+  /**
+   * Embedded store only (MongoStore ignores it): also hash documents by the first N key fields,
+   * so a filter giving all N as plain values scans that partition instead of the collection.
+   */
+  partitionFields?: number
 }
 
 export interface FindOptions {
