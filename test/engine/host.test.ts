@@ -1,0 +1,138 @@
+// The engine behind its transport: persistence after every turn, restore on another node from
+// the store, deadlines re-armed on restore, idle expiry.
+import t from 'tap'
+import { createEngine } from '../../engine/index.js'
+import { parseCrews } from '../../engine/crews.js'
+import type { TransportEvent } from '../../engine/transport.js'
+import { MemoryBus } from '../../platform/bus/index.js'
+import { loadConfig } from '../../platform/config.js'
+import { createLogger } from '../../platform/logger.js'
+import { createMetrics } from '../../platform/metrics.js'
+import { MemoryStore, type Store } from '../../platform/store/index.js'
+import type { Platform } from '../../platform/index.js'
+import { call, startTestService } from '../support/harness.js'
+import { ADMIN, createSession } from '../support/sse.js'
+import { crewsFile, DEFAULT_CREWS } from './fixtures/crews.js'
+
+const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
+const TOOL_TIMEOUT = 300
+
+function node(store: Store, env: Record<string, string> = {}) {
+  const config = loadConfig({ LOG_LEVEL: 'silent', ...env })
+  const logger = createLogger('silent')
+  const platform: Platform = { config, store, bus: new MemoryBus(logger), clock: { now: () => Date.now() }, logger, metrics: createMetrics() }
+  const crews = parseCrews({
+    crews: DEFAULT_CREWS.crews.map((c: any) => ({ ...c, tools: c.tools.map((tool: any) => (tool.handler === 'external' ? { ...tool, timeoutMs: TOOL_TIMEOUT } : tool)) })),
+  })
+  return createEngine(platform, { crews })
+}
+
+function collector() {
+  const events: TransportEvent[] = []
+  return {
+    events,
+    listener: (e: TransportEvent) => void events.push(e),
+    names: () => events.map(e => (e.kind === 'event' ? e.name : `closed:${e.reason}`)),
+    async until(name: string, count = 1) {
+      for (let i = 0; i < 300; i++) {
+        if (events.filter(e => (e.kind === 'event' ? e.name : `closed:${e.reason}`) === name).length >= count) return
+        await sleep(10)
+      }
+      throw new Error(`no ${name}; got ${this.names().join(', ')}`)
+    },
+  }
+}
+
+const SESSION = '0d9a7f0e-5b1c-4c1e-8a41-2f7d6b3c9e01'
+const target = { sessionId: SESSION, accountId: 'acme' }
+
+t.test('after every turn the snapshot and the log are in the store', async t => {
+  const store = new MemoryStore()
+  const a = node(store)
+  await a.start()
+  t.teardown(() => a.stop())
+  const c = collector()
+  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { name: 'Ana' } }, c.listener)
+  await a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'hello' })
+  await c.until('crew.status.waiting', 2)
+  await a.transport.command(target, { type: 'query.history', after: 0, limit: 10 }) // waits for the writes
+  const doc = await store.collection('engine_sessions').findOne({ _id: SESSION })
+  t.match(doc, { state: 'active', agentId: 'general', logPosition: 4, accountId: 'acme', crewId: 'demo' })
+  const persisted = JSON.parse(doc!.snapshot)
+  t.equal(persisted.value.active, 'idle')
+  t.equal(persisted.context.seq, 4)
+  t.equal(await store.collection('engine_session_log').countDocuments({ sessionId: SESSION }), 4)
+})
+
+t.test('another node restores a session from the store and carries on', async t => {
+  const store = new MemoryStore()
+  const a = node(store)
+  await a.start()
+  const c = collector()
+  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { name: 'Ana' } }, c.listener)
+  await a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'hello' })
+  await c.until('crew.status.waiting', 2)
+  await a.transport.command(target, { type: 'admin.pause', userId: 'sup' })
+  await a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'kept while paused' })
+  await a.stop() // node A goes away; the session stays persisted
+
+  const b = node(store)
+  await b.start()
+  t.teardown(() => b.stop())
+  t.rejects(b.transport.command({ ...target, accountId: 'globex' }, { type: 'query.snapshot' }), { status: 404 }, 'still scoped to its account')
+  const snap: any = await b.transport.command(target, { type: 'query.snapshot' })
+  t.equal(snap.data.snapshot.state, 'paused')
+  t.same(snap.data.snapshot.memory.messages.map((m: any) => m.text), ['hello', 'Hello! How can I help you today?', 'kept while paused'])
+  const c2 = collector()
+  await b.transport.subscribe(target, c2.listener)
+  await b.transport.command(target, { type: 'admin.resume', userId: 'sup' })
+  await c2.until('assistant.message')
+  t.match(c2.events.find(e => e.kind === 'event' && e.name === 'assistant.message'), { data: { text: 'You said: kept while paused' } })
+  t.rejects(b.transport.command(target, { type: 'user.message', consumerId: 'nobody', text: 'x' }), { code: 'UNKNOWN_CONSUMER' })
+  await b.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'consumers survive the move' })
+  const history: any = await b.transport.command(target, { type: 'query.history', after: 0, limit: 100 })
+  const seqs = history.data.map((e: any) => e.seq)
+  t.same(seqs, seqs.map((_: number, i: number) => i + 1), 'one log, numbered without gaps across nodes')
+  t.ok(history.data.some((e: any) => e.type === 'session.restored'))
+})
+
+t.test('an external tool deadline is re-armed on restore', async t => {
+  const store = new MemoryStore()
+  const a = node(store)
+  await a.start()
+  const c = collector()
+  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: {} }, c.listener)
+  await a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'lookup C-1' })
+  await c.until('crew.status.writing')
+  await sleep(30)
+  await a.stop()
+  const doc = await store.collection('engine_sessions').findOne({ _id: SESSION })
+  t.equal(doc!.deadlines.tools.length, 1, 'the deadline is stored as an absolute time')
+
+  const b = node(store)
+  await b.start()
+  t.teardown(() => b.stop())
+  const c2 = collector()
+  await b.transport.subscribe(target, c2.listener)
+  await c2.until('assistant.message')
+  const message = c2.events.find(e => e.kind === 'event' && e.name === 'assistant.message') as any
+  t.match(message.data.text, /crm_lookup tool returned: .*timeout/)
+})
+
+t.test('an idle session expires as abandoned; its streams close and its place is freed', async t => {
+  const { base, service } = await startTestService(t, { env: { SESSION_IDLE_TIMEOUT_MS: '300', CREWS_FILE: crewsFile({ patchDemo: { maxConcurrentSessions: 1 } }) } })
+  const { stream, sessionId } = await createSession(base)
+  const closed = await stream.next('session.closed', 3000)
+  t.same(closed.data, { sessionId, reason: 'idle_timeout' })
+  await stream.ended_()
+  for (let i = 0; i < 50; i++) {
+    const record = await service.platform.store.collection('session_records').findOne({ _id: sessionId })
+    if (record?.status === 'abandoned') break
+    await sleep(10)
+  }
+  t.match(await service.platform.store.collection('session_records').findOne({ _id: sessionId }), { status: 'abandoned', end_reason: 'idle_timeout' })
+  t.equal((await call(base, 'GET', `${ADMIN}/${sessionId}/snapshot`, { headers: { UserId: 'x' } })).status, 404)
+  const next = await createSession(base)
+  t.ok(next.sessionId, 'the slot was released')
+  next.stream.close()
+})
