@@ -106,6 +106,7 @@ export class SessionHost {
   private readonly slots: Collection<SlotDoc>
   private readonly machine
   private stopped = false
+  private readonly cleanups = new Set<Promise<void>>()
 
   constructor(private readonly options: HostOptions) {
     const { store } = options.platform
@@ -619,6 +620,9 @@ export class SessionHost {
       )
       await this.log.deleteMany({ sessionId: live.id })
     })().catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
+    const cleanup = live.cleanup
+    this.cleanups.add(cleanup)
+    void cleanup.finally(() => this.cleanups.delete(cleanup))
   }
 
   private async history(live: LiveSession, after: number, limit: number) {
@@ -718,6 +722,7 @@ export class SessionHost {
       this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
     }
     this.live.clear()
+    await Promise.all(this.cleanups)
   }
 
   /** For tests and the bench: the snapshot of a live session. */
