@@ -112,7 +112,7 @@ export class CsvImports {
     return createHmac('sha256', this.platform.config.dialer.uploadSigningSecret).update(`${key}.${expires}`).digest('base64url')
   }
 
-  async createUploadUrl(principal: Principal, fileName: string) {
+  async createUploadUrl(principal: Principal, fileName: string, host: string | undefined) {
     const now = this.platform.clock.now()
     const tempCsvKey = `csv_${newId().replace(/-/g, '')}`
     const urlExpiresAt = now + URL_TTL_MS
@@ -126,7 +126,8 @@ export class CsvImports {
       urlExpiresAt: new Date(urlExpiresAt),
       expiresAt: new Date(now + UPLOAD_RETENTION_MS),
     })
-    const uploadUrl = `${this.platform.config.publicBaseUrl}/dialer/v1/uploads/${tempCsvKey}?expires=${expires}&signature=${this.sign(tempCsvKey, expires)}`
+    const root = this.platform.config.publicBaseUrl ?? `http://${host ?? 'localhost'}`
+    const uploadUrl = `${root}/dialer/v1/uploads/${tempCsvKey}?expires=${expires}&signature=${this.sign(tempCsvKey, expires)}`
     return { uploadUrl, tempCsvKey, method: 'PUT', headers: { 'Content-Type': 'text/csv' }, expiresAt: new Date(expires * 1000).toISOString() }
   }
 

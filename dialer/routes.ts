@@ -126,7 +126,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       responses: { '201': { description: 'uploadUrl, tempCsvKey, expiresAt' } },
       handle: async ctx => {
         const input = body<{ fileName: string }>(ctx, 'dialer.upload-url.create')
-        return { status: 201, body: await s.imports.createUploadUrl(ctx.principal, input.fileName) }
+        return { status: 201, body: await s.imports.createUploadUrl(ctx.principal, input.fileName, ctx.headers.host) }
       },
     }),
     {

@@ -66,42 +66,52 @@ export function readBody(res: HttpResponse, head: RequestHead, limit: number): P
   })
 }
 
-/** Streams the body with backpressure: uWS is paused while the consumer lags behind. */
-export async function* streamBody(res: HttpResponse, head: RequestHead, limit: number): AsyncGenerator<Buffer> {
-  if (!hasBody(head)) return
-  const queue: Buffer[] = []
-  let done = false
-  let error: Error | undefined
-  let wake: (() => void) | undefined
-  let size = 0
-  let paused = false
-  res.onData((chunk, isLast) => {
-    size += chunk.byteLength
-    if (size > limit) {
-      error = bodyTooLarge(limit)
-    } else {
-      queue.push(Buffer.from(chunk.slice(0)))
-      if (queue.length >= 16 && !paused) {
-        paused = true
-        res.pause()
+/**
+ * Streams the body with backpressure: uWS is paused while the consumer lags behind. Created
+ * synchronously in the request handler (uWS drops data that arrives before onData is set).
+ */
+export class BodyStream implements AsyncIterable<Buffer> {
+  private readonly queue: Buffer[] = []
+  private done: boolean
+  private error: Error | undefined
+  private wake: (() => void) | undefined
+  private size = 0
+  private paused = false
+
+  constructor(private readonly res: HttpResponse, head: RequestHead, limit: number) {
+    this.done = !hasBody(head)
+    if (this.done) return
+    res.onData((chunk, isLast) => {
+      this.size += chunk.byteLength
+      if (this.size > limit) {
+        this.error = bodyTooLarge(limit)
+      } else {
+        this.queue.push(Buffer.from(chunk.slice(0)))
+        if (this.queue.length >= 16 && !this.paused) {
+          this.paused = true
+          res.pause()
+        }
       }
-    }
-    if (isLast) done = true
-    wake?.()
-  })
-  while (true) {
-    if (error) throw error
-    const next = queue.shift()
-    if (next) {
-      if (paused && queue.length < 4) {
-        paused = false
-        res.resume()
+      if (isLast) this.done = true
+      this.wake?.()
+    })
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<Buffer> {
+    while (true) {
+      if (this.error) throw this.error
+      const next = this.queue.shift()
+      if (next) {
+        if (this.paused && this.queue.length < 4) {
+          this.paused = false
+          this.res.resume()
+        }
+        yield next
+        continue
       }
-      yield next
-      continue
+      if (this.done) return
+      await new Promise<void>(resolve => (this.wake = resolve))
+      this.wake = undefined
     }
-    if (done) return
-    await new Promise<void>(resolve => (wake = resolve))
-    wake = undefined
   }
 }

@@ -2,10 +2,10 @@
 // cross-cutting work once: auth and roles, body limits, the error envelope, metrics, request
 // ids. Handlers stay tiny and never touch uWS objects.
 import { randomUUID } from 'node:crypto'
-import type { HttpResponse, TemplatedApp, us_listen_socket, UwsModule } from './uws.js'
+import type { TemplatedApp, us_listen_socket, UwsModule } from './uws.js'
 import { ApiError } from './errors.js'
 import { type KeyRegistry, type Principal } from './auth.js'
-import { paramNames, readBody, readHead, streamBody, type RequestHead } from './request.js'
+import { BodyStream, paramNames, readBody, readHead, type RequestHead } from './request.js'
 import { Reply } from './response.js'
 import type { JsonResult, RequestContext, Route, StreamSink } from './routes.js'
 import type { Logger } from '../platform/logger.js'
@@ -87,14 +87,18 @@ export class Gateway {
         metrics.httpRequests.inc({ ...labels, status: String(status) })
         metrics.httpDuration.observe(labels, Number(process.hrtime.bigint() - started) / 1e9)
       }
-      this.serve(route, head, res, reply, requestId).then(
+      // The body must be claimed before the first await: uWS drops data nobody listens for.
+      const body: Promise<Buffer> | BodyStream =
+        route.kind === 'upload' ? new BodyStream(res, head, this.options.maxUploadBytes) : readBody(res, head, this.options.maxBodyBytes)
+      if (body instanceof Promise) body.catch(() => {}) // a 401 may answer before the body is read
+      this.serve(route, head, body, reply, requestId).then(
         status => finish(status),
         error => finish(this.fail(reply, error, requestId, route)),
       )
     })
   }
 
-  private async serve(route: Route, head: RequestHead, res: HttpResponse, reply: Reply, requestId: string): Promise<number> {
+  private async serve(route: Route, head: RequestHead, body: Promise<Buffer> | BodyStream, reply: Reply, requestId: string): Promise<number> {
     const principal = await this.authorize(route, head)
     const base = {
       method: head.method,
@@ -106,12 +110,9 @@ export class Gateway {
       requestId,
       aborted: reply.abortedPromise,
     }
-    if (route.kind === 'upload') {
-      const result = await route.handle(base, streamBody(res, head, this.options.maxUploadBytes))
-      return this.respond(reply, result, requestId)
-    }
-    const body = await readBody(res, head, this.options.maxBodyBytes)
-    const ctx: RequestContext = { ...base, body, json: () => parseJson(body) }
+    if (route.kind === 'upload') return this.respond(reply, await route.handle(base, body as BodyStream), requestId)
+    const bytes = await (body as Promise<Buffer>)
+    const ctx: RequestContext = { ...base, body: bytes, json: () => parseJson(bytes) }
     if (route.kind === 'stream') {
       let sink: StreamSink | undefined
       await route.open(ctx, headers => {

@@ -40,37 +40,156 @@ function getPath(doc: Record<string, any>, path: string): unknown {
   return value === undefined ? null : value
 }
 
-class UniqueIndex {
-  private readonly entries = new Map<string, string>()
-  constructor(readonly spec: IndexSpec) {}
-  keyOf(doc: Doc): string {
-    return JSON.stringify(Object.keys(this.spec.key).map(path => getPath(doc, path)))
+/**
+ * $set / $unset / $inc on plain paths, applied directly: mingo's updater rebuilds its operator
+ * context on every call (~1 ms), which dominates bulk upserts. Anything else goes to mingo.
+ * Returns whether the document changed, or undefined when the update needs mingo.
+ */
+function applySimpleUpdate(doc: Record<string, any>, update: Update): boolean | undefined {
+  if (Object.keys(update).some(op => op !== '$set' && op !== '$unset' && op !== '$inc')) return undefined
+  let changed = false
+  const parentOf = (path: string, create: boolean): [Record<string, any>, string] | undefined => {
+    const parts = path.split('.')
+    let node: any = doc
+    for (const part of parts.slice(0, -1)) {
+      if (node[part] === undefined || node[part] === null) {
+        if (!create) return undefined
+        node[part] = {}
+      }
+      node = node[part]
+      if (typeof node !== 'object' || Array.isArray(node)) return undefined
+    }
+    return [node, parts[parts.length - 1]!]
   }
+  for (const [path, value] of Object.entries(update.$set ?? {})) {
+    const target = parentOf(path, true)
+    if (!target || /^\d+$/.test(target[1])) return undefined
+    if (JSON.stringify(target[0][target[1]]) !== JSON.stringify(value) || !(target[1] in target[0])) changed = true
+    target[0][target[1]] = clone(value)
+  }
+  for (const path of Object.keys(update.$unset ?? {})) {
+    const target = parentOf(path, false)
+    if (target && target[1] in target[0]) {
+      delete target[0][target[1]]
+      changed = true
+    }
+  }
+  for (const [path, by] of Object.entries(update.$inc ?? {})) {
+    const target = parentOf(path, true)
+    if (!target || typeof by !== 'number') return undefined
+    const current = target[0][target[1]] ?? 0
+    if (typeof current !== 'number') return undefined
+    target[0][target[1]] = current + by
+    if (by !== 0 || !(target[1] in target[0])) changed = true
+  }
+  return changed
+}
+
+function applyUpdateDoc(doc: Record<string, any>, update: Update): boolean {
+  const scratch = clone(doc)
+  const simple = applySimpleUpdate(scratch, update)
+  if (simple !== undefined) {
+    if (simple) Object.assign(doc, scratch)
+    return simple
+  }
+  return applyUpdate(doc, update as any).length > 0
+}
+
+const isPrimitive = (v: unknown) => v === null || ['string', 'number', 'boolean'].includes(typeof v)
+
+/** The values a filter allows for one field, when it pins them down (equality or $in). */
+function pinnedValues(filter: Filter, field: string): unknown[] | undefined {
+  const condition = filter[field]
+  if (isPrimitive(condition)) return [condition]
+  if (condition && typeof condition === 'object' && Array.isArray(condition.$in) && condition.$in.every(isPrimitive)) {
+    return condition.$in
+  }
+  return undefined
+}
+
+/**
+ * Hash maps over leading key fields of an IndexSpec: the full key for unique indexes (which
+ * also reject a second owner of a key), the first field, and `partitionFields` when set. They
+ * narrow the documents a filter has to be tested against; mingo still decides the match.
+ */
+class HashIndex {
+  private readonly maps = new Map<number, Map<string, Set<string>>>()
+  readonly fields: string[]
+
+  constructor(readonly spec: IndexSpec) {
+    this.fields = Object.keys(spec.key)
+    const lengths = new Set([1, spec.partitionFields ?? 1, spec.unique ? this.fields.length : 1])
+    for (const length of lengths) if (length <= this.fields.length) this.maps.set(length, new Map())
+  }
+
+  private keyOf(values: unknown[]) {
+    return JSON.stringify(values)
+  }
+
+  private docKey(doc: Doc, length: number) {
+    return this.keyOf(this.fields.slice(0, length).map(path => getPath(doc, path)))
+  }
+
   conflicts(doc: Doc): boolean {
-    const owner = this.entries.get(this.keyOf(doc))
-    return owner !== undefined && owner !== doc._id
+    if (!this.spec.unique) return false
+    const owners = this.maps.get(this.fields.length)!.get(this.docKey(doc, this.fields.length))
+    return owners !== undefined && [...owners].some(id => id !== doc._id)
   }
+
   add(doc: Doc) {
-    this.entries.set(this.keyOf(doc), doc._id)
+    for (const [length, map] of this.maps) {
+      const key = this.docKey(doc, length)
+      let owners = map.get(key)
+      if (!owners) map.set(key, (owners = new Set()))
+      owners.add(doc._id)
+    }
   }
+
   remove(doc: Doc) {
-    const key = this.keyOf(doc)
-    if (this.entries.get(key) === doc._id) this.entries.delete(key)
+    for (const [length, map] of this.maps) {
+      const key = this.docKey(doc, length)
+      const owners = map.get(key)
+      owners?.delete(doc._id)
+      if (owners?.size === 0) map.delete(key)
+    }
+  }
+
+  /** Ids that can match `filter` through the longest prefix it pins, or undefined. */
+  candidates(filter: Filter): Set<string> | undefined {
+    const lengths = [...this.maps.keys()].sort((a, b) => b - a)
+    for (const length of lengths) {
+      let combos: unknown[][] = [[]]
+      for (const field of this.fields.slice(0, length)) {
+        const values = pinnedValues(filter, field)
+        if (!values) {
+          combos = []
+          break
+        }
+        combos = combos.flatMap(prefix => values.map(v => [...prefix, v]))
+        if (combos.length > 10_000) break
+      }
+      if (combos.length === 0 || combos.length > 10_000) continue
+      const map = this.maps.get(length)!
+      const ids = new Set<string>()
+      for (const combo of combos) for (const id of map.get(this.keyOf(combo)) ?? []) ids.add(id)
+      return ids
+    }
+    return undefined
   }
 }
 
 class MemoryCollection<T extends Doc> implements Collection<T> {
   private readonly docs = new Map<string, T>()
-  private readonly unique: UniqueIndex[] = []
+  private readonly indexes: HashIndex[] = []
   private readonly ttl: IndexSpec[] = []
 
   constructor(readonly name: string, private readonly clock: Clock) {}
 
   addIndex(spec: IndexSpec) {
-    if (spec.unique && !this.unique.some(u => u.spec.name === spec.name)) {
-      const index = new UniqueIndex(spec)
+    if (spec.expireAfterSeconds === undefined && !this.indexes.some(u => u.spec.name === spec.name)) {
+      const index = new HashIndex(spec)
       for (const doc of this.docs.values()) index.add(doc)
-      this.unique.push(index)
+      this.indexes.push(index)
     }
     if (spec.expireAfterSeconds !== undefined && !this.ttl.some(t => t.name === spec.name)) this.ttl.push(spec)
   }
@@ -91,17 +210,40 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
     }
   }
 
+  /** The documents worth testing against `filter`: by _id, by an index it pins, else all. */
   private candidates(filter: Filter): T[] {
-    // A point lookup by _id is the common case; everything else is a scan.
     if (typeof filter._id === 'string') {
       const doc = this.docs.get(filter._id)
       return doc ? [doc] : []
     }
-    return [...this.docs.values()]
+    let best: Set<string> | undefined
+    for (const index of this.indexes) {
+      const ids = index.candidates(filter)
+      if (ids && (!best || ids.size < best.size)) best = ids
+    }
+    if (!best) return [...this.docs.values()]
+    return [...best].map(id => this.docs.get(id)!).filter(Boolean)
   }
 
   private matching(filter: Filter, options: FindOptions = {}): T[] {
-    let cursor = find(this.candidates(filter), filter)
+    const candidates = this.candidates(filter)
+    // Plain equality on scalar fields needs no query compiler (the hot path of keyed upserts).
+    const entries = Object.entries(filter)
+    if (!options.sort && !options.skip && entries.every(([k, v]) => !k.startsWith('$') && isPrimitive(v))) {
+      const hits: T[] = []
+      let simple = true
+      for (const doc of candidates) {
+        const values = entries.map(([k]) => getPath(doc, k))
+        if (values.some(v => typeof v === 'object' && v !== null)) {
+          simple = false // arrays/objects have richer match rules: let mingo decide
+          break
+        }
+        if (entries.every(([, v], i) => values[i] === v)) hits.push(doc)
+        if (options.limit && hits.length >= options.limit) break
+      }
+      if (simple) return hits
+    }
+    let cursor = find(candidates, filter)
     if (options.sort) cursor = cursor.sort(options.sort)
     if (options.skip) cursor = cursor.skip(options.skip)
     if (options.limit) cursor = cursor.limit(options.limit)
@@ -109,18 +251,18 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
   }
 
   private store(doc: T, previous?: T) {
-    for (const index of this.unique) {
+    for (const index of this.indexes) {
       if (index.conflicts(doc)) {
         throw new DuplicateKeyError(`E11000 duplicate key error collection: ${this.name} index: ${index.spec.name}`)
       }
     }
-    if (previous) for (const index of this.unique) index.remove(previous)
-    for (const index of this.unique) index.add(doc)
+    if (previous) for (const index of this.indexes) index.remove(previous)
+    for (const index of this.indexes) index.add(doc)
     this.docs.set(doc._id, doc)
   }
 
   private remove(doc: T) {
-    for (const index of this.unique) index.remove(doc)
+    for (const index of this.indexes) index.remove(doc)
     this.docs.delete(doc._id)
   }
 
@@ -160,7 +302,7 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
   private updateDoc(doc: T, update: Update): boolean {
     const next = clone(doc)
     const { $setOnInsert: _ignored, ...modifier } = update
-    const changed = applyUpdate(next, modifier as any).length > 0
+    const changed = applyUpdateDoc(next, modifier)
     if (changed) this.store(next, doc)
     return changed
   }
@@ -174,8 +316,8 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
     const { $setOnInsert, ...modifier } = update
     const { _id: insertId, ...onInsert } = ($setOnInsert ?? {}) as Record<string, any>
     const doc = { _id: insertId ?? seed._id ?? randomUUID(), ...seed } as Record<string, any>
-    if (Object.keys(modifier).length > 0) applyUpdate(doc, modifier as any)
-    if (Object.keys(onInsert).length > 0) applyUpdate(doc, { $set: onInsert } as any)
+    if (Object.keys(modifier).length > 0) applyUpdateDoc(doc, modifier)
+    if (Object.keys(onInsert).length > 0) applyUpdateDoc(doc, { $set: onInsert })
     this.insert(doc as T)
     return doc._id
   }

@@ -8,6 +8,7 @@ import {
   MongoNetworkError,
   MongoServerError,
   MongoServerSelectionError,
+  MongoTopologyClosedError,
   type Collection as DriverCollection,
   type Db,
 } from 'mongodb'
@@ -28,28 +29,34 @@ import {
 
 function translate(error: unknown): never {
   if (error instanceof MongoServerError && error.code === 11000) throw new DuplicateKeyError(error.message)
-  if (error instanceof MongoServerSelectionError || error instanceof MongoNetworkError) {
+  if (error instanceof MongoServerSelectionError || error instanceof MongoNetworkError || error instanceof MongoTopologyClosedError) {
     throw new StoreUnavailableError(error.message)
   }
   throw error
 }
 
-async function guard<R>(work: () => Promise<R>): Promise<R> {
+/** Runs a driver call, translating errors; `onUnavailable` lets the store recover its client. */
+async function guard<R>(work: () => Promise<R>, onUnavailable?: () => void): Promise<R> {
   try {
     return await work()
   } catch (error) {
+    if (error instanceof MongoTopologyClosedError) onUnavailable?.()
     translate(error)
   }
 }
 
 class MongoCollection<T extends Doc> implements Collection<T> {
-  constructor(private readonly inner: DriverCollection<any>) {}
+  constructor(private readonly inner: DriverCollection<any>, private readonly recover: () => void) {}
+
+  private run<R>(work: () => Promise<R>): Promise<R> {
+    return guard(work, this.recover)
+  }
   get name() {
     return this.inner.collectionName
   }
 
   insertOne(doc: T) {
-    return guard(async () => {
+    return this.run(async () => {
       await this.inner.insertOne(doc)
     })
   }
@@ -59,26 +66,26 @@ class MongoCollection<T extends Doc> implements Collection<T> {
   }
 
   findOne(filter: Filter, options: FindOptions = {}) {
-    return guard(() => this.inner.findOne(filter, options) as Promise<T | null>)
+    return this.run(() => this.inner.findOne(filter, options) as Promise<T | null>)
   }
 
   find(filter: Filter, options: FindOptions = {}) {
-    return guard(() => this.inner.find(filter, options).toArray() as Promise<T[]>)
+    return this.run(() => this.inner.find(filter, options).toArray() as Promise<T[]>)
   }
 
   countDocuments(filter: Filter) {
-    return guard(() => this.inner.countDocuments(filter))
+    return this.run(() => this.inner.countDocuments(filter))
   }
 
   updateOne(filter: Filter, update: Update, options: { upsert?: boolean } = {}) {
-    return guard(async () => {
+    return this.run(async () => {
       const r = await this.inner.updateOne(filter, update, options)
       return { matchedCount: r.matchedCount, modifiedCount: r.modifiedCount, upsertedId: (r.upsertedId as any) ?? null }
     })
   }
 
   updateMany(filter: Filter, update: Update) {
-    return guard(async () => {
+    return this.run(async () => {
       const r = await this.inner.updateMany(filter, update)
       return { matchedCount: r.matchedCount, modifiedCount: r.modifiedCount, upsertedId: null }
     })
@@ -89,7 +96,7 @@ class MongoCollection<T extends Doc> implements Collection<T> {
     update: Update,
     options: { upsert?: boolean; returnDocument?: 'before' | 'after'; sort?: Sort } = {},
   ) {
-    return guard(
+    return this.run(
       () =>
         this.inner.findOneAndUpdate(filter, update, {
           upsert: options.upsert,
@@ -101,11 +108,11 @@ class MongoCollection<T extends Doc> implements Collection<T> {
   }
 
   deleteOne(filter: Filter) {
-    return guard(async () => (await this.inner.deleteOne(filter)).deletedCount)
+    return this.run(async () => (await this.inner.deleteOne(filter)).deletedCount)
   }
 
   deleteMany(filter: Filter) {
-    return guard(async () => (await this.inner.deleteMany(filter)).deletedCount)
+    return this.run(async () => (await this.inner.deleteMany(filter)).deletedCount)
   }
 
   async bulkWrite(ops: BulkOp[], options: { ordered?: boolean } = {}): Promise<BulkResult> {
@@ -139,13 +146,28 @@ class MongoCollection<T extends Doc> implements Collection<T> {
   }
 
   aggregate<R>(pipeline: Record<string, any>[]) {
-    return guard(() => this.inner.aggregate(pipeline, { allowDiskUse: true }).toArray() as Promise<R[]>)
+    return this.run(() => this.inner.aggregate(pipeline, { allowDiskUse: true }).toArray() as Promise<R[]>)
   }
 }
 
 export class MongoStore implements Store {
   readonly kind = 'mongo' as const
+  private closing = false
+  private reconnecting = false
   private constructor(private readonly client: MongoClient, private readonly db: Db) {}
+
+  /**
+   * The driver closes its topology when a first connection attempt fails and never retries on
+   * its own; reconnect in the background so the store comes back when the server does.
+   */
+  private readonly recover = () => {
+    if (this.closing || this.reconnecting) return
+    this.reconnecting = true
+    this.client.connect().then(
+      () => (this.reconnecting = false),
+      () => (this.reconnecting = false),
+    )
+  }
 
   static async connect(url: string, options: MongoClientOptions = {}): Promise<MongoStore> {
     const store = MongoStore.lazy(url, options)
@@ -160,24 +182,22 @@ export class MongoStore implements Store {
   }
 
   collection<T extends Doc = Doc>(name: string): Collection<T> {
-    return new MongoCollection<T>(this.db.collection(name))
+    return new MongoCollection<T>(this.db.collection(name), this.recover)
   }
 
   async ensureIndexes(name: string, indexes: IndexSpec[]) {
     if (indexes.length === 0) return
-    await guard(() =>
-      this.db.collection(name).createIndexes(
-        indexes.map(spec => ({
-          name: spec.name,
-          key: spec.key,
-          ...(spec.unique ? { unique: true } : {}),
-          ...(spec.expireAfterSeconds !== undefined ? { expireAfterSeconds: spec.expireAfterSeconds } : {}),
-        })),
-      ),
-    )
+    const specs = indexes.map(spec => ({
+      name: spec.name,
+      key: spec.key,
+      ...(spec.unique ? { unique: true } : {}),
+      ...(spec.expireAfterSeconds !== undefined ? { expireAfterSeconds: spec.expireAfterSeconds } : {}),
+    }))
+    await guard(() => this.db.collection(name).createIndexes(specs), this.recover)
   }
 
   async close() {
+    this.closing = true
     await this.client.close()
   }
 }
