@@ -66,12 +66,16 @@ interface LiveSession {
   listeners: Set<TransportListener>
   consumers: Set<string>
   pendingLog: HistoryEntry[]
+  /** Message and tool counts not yet added to the session record (one write per flush). */
+  pendingCounts: { userMessages: number; assistantMessages: number; toolCalls: number }
   dirty: boolean
   flushing: Promise<void> | null
   records: Promise<void>
   idleTimer: { deadline: number; timer: NodeJS.Timeout } | null
   toolTimers: Map<string, NodeJS.Timeout>
   finished: boolean
+  /** A snapshot write waits for the reply in progress to finish (snapshots are per turn). */
+  snapshotDue: boolean
   /** Set once destroyed: resolves when its resources are released. */
   cleanup: Promise<void> | null
 }
@@ -232,12 +236,14 @@ export class SessionHost {
       listeners: new Set(),
       consumers: new Set(consumers),
       pendingLog: [],
+      pendingCounts: { userMessages: 0, assistantMessages: 0, toolCalls: 0 },
       dirty: false,
       flushing: null,
       records: Promise.resolve(),
       idleTimer: null,
       toolTimers: new Map(),
       finished: false,
+      snapshotDue: false,
       cleanup: null,
     }
     actor.on('log', ({ entry }) => this.onLog(live, entry))
@@ -247,6 +253,10 @@ export class SessionHost {
     actor.subscribe({
       next: snapshot => {
         if (snapshot.status === 'done') this.finish(live)
+        else if (live.snapshotDue && !isGenerating(snapshot)) {
+          live.snapshotDue = false
+          this.schedulePersist(live)
+        }
       },
       error: error => {
         this.options.platform.logger.error('session actor failed', { sessionId: id, error })
@@ -376,6 +386,7 @@ export class SessionHost {
 
   private generate(input: GenerationInput, sendBack: (event: SessionEvent) => void) {
     const controller = new AbortController()
+    let finished = false
     const crew = this.options.crews.get(input.crewId)
     const run = async () => {
       if (!crew) throw new Error(`crew ${input.crewId} is no longer configured`)
@@ -416,14 +427,18 @@ export class SessionHost {
           ...(external ? { correlationId: randomUUID(), deadline: at + this.externalTimeout(tool!) } : {}),
         }
       })
+      finished = true
       sendBack({ type: 'gen.completed', text, toolCalls, at })
     }
     run().catch(error => {
+      finished = true
       if (controller.signal.aborted) return
       this.options.platform.logger.warn('assistant generation failed', { sessionId: input.sessionId, error })
       sendBack({ type: 'gen.failed', error: (error as Error).message, at: this.now })
     })
-    return () => controller.abort()
+    return () => {
+      if (!finished) controller.abort()
+    }
   }
 
   private runTools(input: ToolRunInput, sendBack: (event: SessionEvent) => void) {
@@ -521,13 +536,13 @@ export class SessionHost {
     const { recorder } = this.options
     switch (entry.type) {
       case 'message.user':
-        this.chainRecord(live, () => recorder.counted(live.id, { userMessages: 1 }))
+        live.pendingCounts.userMessages++
         break
       case 'message.assistant':
-        this.chainRecord(live, () => recorder.counted(live.id, { assistantMessages: 1 }))
+        live.pendingCounts.assistantMessages++
         break
       case 'tool.call':
-        this.chainRecord(live, () => recorder.counted(live.id, { toolCalls: 1 }))
+        live.pendingCounts.toolCalls++
         break
       case 'agent.transferred':
         this.chainRecord(live, () => recorder.transferred(live.id, entry.to as string))
@@ -539,12 +554,20 @@ export class SessionHost {
         this.chainRecord(live, () => recorder.statusChanged(live.id, 'active'))
         break
       case 'session.destroyed': {
+        this.flushCounts(live)
         const reason = String(entry.reason)
         this.chainRecord(live, () => recorder.closed(live.id, { endTime: entry.at, status: RECORD_STATUS[reason] ?? 'completed', reason }))
         break
       }
     }
     this.schedulePersist(live)
+  }
+
+  private flushCounts(live: LiveSession) {
+    const counts = live.pendingCounts
+    if (counts.userMessages + counts.assistantMessages + counts.toolCalls === 0) return
+    live.pendingCounts = { userMessages: 0, assistantMessages: 0, toolCalls: 0 }
+    this.chainRecord(live, () => this.options.recorder.counted(live.id, counts))
   }
 
   private chainRecord(live: LiveSession, write: () => Promise<void>) {
@@ -571,6 +594,13 @@ export class SessionHost {
         }
         if (live.finished) continue
         const snapshot = live.actor.getSnapshot()
+        // History entries are written at once; the snapshot (and the record counters) after the
+        // turn, so a streamed reply costs one snapshot write, not one per step.
+        if (isGenerating(snapshot)) {
+          live.snapshotDue = true
+          continue
+        }
+        this.flushCounts(live)
         const context = snapshot.context
         await this.sessions.updateOne(
           { _id: live.id, state: { $ne: 'destroyed' } },
@@ -730,6 +760,8 @@ export class SessionHost {
     return this.live.get(sessionId)?.actor.getSnapshot()
   }
 }
+
+const isGenerating = (snapshot: SessionSnapshot) => snapshot.matches({ active: 'generating' })
 
 function runBuiltin(tool: ToolDefinition, args: Record<string, unknown>, at: number): unknown {
   switch (tool.handler) {

@@ -77,20 +77,35 @@ export interface SseStreamOptions {
   onDropped: () => void
 }
 
+/** Streams with frames waiting for the end of the current macrotask. */
+const pendingFlush = new Set<SseStream>()
+let flushScheduled = false
+
+function flushAll() {
+  flushScheduled = false
+  const streams = [...pendingFlush]
+  pendingFlush.clear()
+  for (const stream of streams) stream.flush()
+}
+
 /**
- * One open SSE response. Writes never block: when the client's buffer is over its bound the
- * stream reports it (write returns false) and the owner drops the consumer.
+ * One open SSE response. Writes never block: frames of one macrotask are coalesced into one
+ * write (one syscall instead of one per event), and when the client's buffer is over its
+ * bound the stream reports it through onDropped so the owner drops the consumer.
  */
 export class SseStream {
   private readonly heartbeat: NodeJS.Timeout
   private endedByServer = false
+  private pending = ''
 
   constructor(readonly sink: StreamSink, private readonly options: SseStreamOptions) {
-    this.heartbeat = setInterval(() => {
-      if (!this.send(this.options.nextId(), this.options.heartbeatBody)) this.options.onDropped()
-    }, options.heartbeatMs)
+    this.heartbeat = setInterval(() => this.send(this.options.nextId(), this.options.heartbeatBody), options.heartbeatMs)
     this.heartbeat.unref()
-    sink.onClose(() => clearInterval(this.heartbeat))
+    sink.onClose(() => {
+      clearInterval(this.heartbeat)
+      this.pending = ''
+      pendingFlush.delete(this)
+    })
   }
 
   get closed() {
@@ -102,14 +117,31 @@ export class SseStream {
     return this.sink.closed && !this.endedByServer
   }
 
-  /** Writes one frame; false when the client is over its buffer (or gone). */
+  /** Queues one frame for this macrotask's write; false when the stream is already closed. */
   send(id: number, body: string): boolean {
     if (this.sink.closed) return false
-    return this.sink.write(frame(id, body))
+    this.pending += frame(id, body)
+    pendingFlush.add(this)
+    if (!flushScheduled) {
+      flushScheduled = true
+      setImmediate(flushAll)
+    }
+    return true
+  }
+
+  /** Writes what is queued; a client over its buffer is reported as dropped. */
+  flush() {
+    if (!this.pending || this.sink.closed) return
+    const chunk = this.pending
+    this.pending = ''
+    pendingFlush.delete(this)
+    if (!this.sink.write(chunk)) this.options.onDropped()
   }
 
   /** Sends a last frame (if any) and ends the response. */
   end(last?: { id: number; body: string }) {
+    if (this.sink.closed) return
+    this.flush()
     if (this.sink.closed) return
     this.endedByServer = true
     clearInterval(this.heartbeat)
@@ -124,6 +156,8 @@ export class SseStream {
   drop(last: { id: number; body: string }) {
     if (this.sink.closed) return
     this.endedByServer = true
+    this.pending = ''
+    pendingFlush.delete(this)
     clearInterval(this.heartbeat)
     if (this.sink.abandon) this.sink.abandon(frame(last.id, last.body))
     else this.end(last)
