@@ -6,13 +6,13 @@
 //
 // The database does the heavy work: one `$group` per report (plus one per percentile histogram)
 // over the page's time span, keyed by the bucket arithmetic of time-buckets.ts. What comes back
-// is one row per bucket (per day for months; per bucket and histogram bin for percentiles), never
-// the session records themselves.
+// is a few rows per bucket (per status and bucket, say; per day for months; per bucket and
+// histogram bin for percentiles), never the session records themselves.
 import { DateTime } from 'luxon'
 import type { Collection } from '../platform/store/index.js'
 import type { SessionRecordDoc } from './session-records.js'
 import type { ExecuteReportQuery } from './params.js'
-import type { CompiledReport, BucketState } from './metrics.js'
+import type { BucketState, CompiledReport, GroupRow } from './metrics.js'
 import { type Bucket, bucketKeyExpression, bucketSeries, monthOfDayKey, offsetSegments } from './time-buckets.js'
 
 export async function executeReport(
@@ -52,7 +52,7 @@ export async function executeReport(
       if (typeof k !== 'number') return undefined
       return states.get(grouping === 'month' ? monthOfDayKey(k) : k)
     }
-    const main = records.aggregate<Record<string, unknown>>([match, { $group: { _id: key, ...report.accumulators } }])
+    const main = records.aggregate<GroupRow>([match, { $group: { _id: report.groupId(key), ...report.accumulators } }])
     const histograms = report.histograms.map(spec =>
       records.aggregate<{ _id: { k: unknown; b: number }; n: number; mx: number }>([
         { $match: { ...match.$match, ...spec.filter, [spec.field]: { $gte: 0 } } },
@@ -61,7 +61,7 @@ export async function executeReport(
     )
     const [rows, ...binRows] = await Promise.all([main, ...histograms])
     for (const row of rows!) {
-      const state = toBucket(row._id)
+      const state = toBucket(row._id?.k ?? null)
       if (state) report.mergeValues(state, row)
     }
     binRows.forEach((rows, index) => {

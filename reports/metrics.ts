@@ -1,7 +1,11 @@
 // Compiles a report definition into database work whose partial results merge exactly:
 //
-// - count / sum / avg / min / max become `$group` accumulators (avg = a sum and a count of
-//   non-null values), so groups (days of a month, say) add up without error;
+// - the main `$group` keys on the bucket plus every field a `where` tests (status, say), and
+//   accumulates only plain sums, counts, min and max per numeric field. `where` conditions are
+//   then applied to those few grouped rows here (buckets x statuses), so the database evaluates no
+//   condition per record, and one accumulator serves every metric on the same field;
+// - count / sum / avg / min / max merge from those rows (avg = a sum and a count of non-null
+//   values), so groups (statuses, days of a month) add up without error;
 // - a percentile cannot be merged from partial percentiles, so each (field, where) pair gets a
 //   histogram: the database groups the matching records by (bucket key, bin) with
 //   bin = floor(ln(value + 1) * 100), keeping each bin's count and largest value. The bins merge
@@ -24,8 +28,15 @@ export interface HistogramSpec {
 type Bins = Map<number, { n: number; max: number }>
 
 export interface BucketState {
-  values: Record<string, number | null>
+  /** Per metric: a number (count, sum, min, max) or [sum, count] (avg). */
+  values: Record<string, number | null | [number, number]>
   histograms: Record<string, Bins>
+}
+
+/** A main-group row: `_id` holds the bucket key `k` and the where-fields `w0..`. */
+export interface GroupRow {
+  _id: Record<string, unknown> | null
+  [accumulator: string]: unknown
 }
 
 const round = (value: number, digits: number) => {
@@ -33,71 +44,59 @@ const round = (value: number, digits: number) => {
   return Math.round(value * f) / f
 }
 
-function whereExpression(where: MetricDefinition['where']): Expression | null {
-  if (!where) return null
-  const terms = Object.entries(where).map(([field, value]) => {
-    const values = Array.isArray(value) ? value : [value]
-    const eqs = values.map(v => ({ $eq: [`$${field}`, v] }))
-    return eqs.length === 1 ? eqs[0] : { $or: eqs }
-  })
-  return terms.length === 1 ? terms[0]! : { $and: terms }
-}
-
 function whereFilter(where: MetricDefinition['where']): Record<string, unknown> {
   if (!where) return {}
   return Object.fromEntries(Object.entries(where).map(([field, value]) => [field, Array.isArray(value) ? { $in: value } : value]))
 }
 
-const when = (cond: Expression | null, then: Expression, otherwise: Expression) =>
-  cond === null ? then : { $cond: [cond, then, otherwise] }
-
 const isPresent = (field: string) => ({ $cond: [{ $eq: [{ $ifNull: [`$${field}`, null] }, null] }, 0, 1] })
 
-type Merge = 'sum' | 'min' | 'max'
+const num = (v: unknown) => (typeof v === 'number' ? v : null)
 
 export class CompiledReport {
-  /** `$group` accumulators (without `_id`). */
-  readonly accumulators: Record<string, Expression> = {}
   readonly histograms: HistogramSpec[] = []
-  private readonly merges: Record<string, Merge> = {}
+  /** Fields some `where` tests; the main group keys on them as w0, w1, ... */
+  private readonly whereFields: string[] = []
+  /** `$group` accumulators of the main group (without `_id`). */
+  readonly accumulators: Record<string, Expression> = { n: { $sum: 1 } }
+  private readonly metrics: [string, MetricDefinition][]
 
   constructor(readonly definition: ReportDefinition) {
-    for (const [index, [name, metric]] of Object.entries(definition.metrics).entries()) {
-      const a = `m${index}`
-      const cond = whereExpression(metric.where)
-      const field = metric.field ? `$${metric.field}` : null
+    this.metrics = Object.entries(definition.metrics)
+    for (const [, metric] of this.metrics) {
+      for (const field of Object.keys(metric.where ?? {})) {
+        if (metric.op !== 'percentile' && !this.whereFields.includes(field)) this.whereFields.push(field)
+      }
+      const f = metric.field
       switch (metric.op) {
-        case 'count':
-          this.add(a, { $sum: when(cond, 1, 0) }, 'sum')
-          break
         case 'sum':
-          this.add(a, { $sum: when(cond, field, 0) }, 'sum')
+          this.accumulators[`s_${f}`] = { $sum: `$${f}` }
           break
         case 'avg':
-          this.add(`${a}s`, { $sum: when(cond, field, 0) }, 'sum')
-          this.add(`${a}n`, { $sum: when(cond, isPresent(metric.field!), 0) }, 'sum')
+          this.accumulators[`s_${f}`] = { $sum: `$${f}` }
+          this.accumulators[`c_${f}`] = { $sum: isPresent(f!) }
           break
         case 'min':
         case 'max':
-          this.add(a, { [`$${metric.op}`]: when(cond, field, null) }, metric.op)
+          this.accumulators[`${metric.op}_${f}`] = { [`$${metric.op}`]: `$${f}` }
           break
         case 'percentile': {
-          const id = JSON.stringify([metric.field, metric.where ?? null])
-          if (!this.histograms.some(h => h.id === id)) {
-            this.histograms.push({ id, field: metric.field!, filter: whereFilter(metric.where) })
-          }
+          const id = JSON.stringify([f, metric.where ?? null])
+          if (!this.histograms.some(h => h.id === id)) this.histograms.push({ id, field: f!, filter: whereFilter(metric.where) })
           break
         }
+        case 'count':
         case 'ratio':
           break
       }
-      void name
     }
   }
 
-  private add(name: string, accumulator: Expression, merge: Merge) {
-    this.accumulators[name] = accumulator
-    this.merges[name] = merge
+  /** `_id` of the main `$group`: the bucket key (null: one group) and the where-fields. */
+  groupId(key: Expression | null): Record<string, Expression> {
+    const id: Record<string, Expression> = { k: key }
+    this.whereFields.forEach((field, i) => (id[`w${i}`] = `$${field}`))
+    return id
   }
 
   /** `$group` stage of the histogram of `spec`, grouped by `key` (null: one group). */
@@ -113,21 +112,50 @@ export class CompiledReport {
   }
 
   emptyState(): BucketState {
-    const values: Record<string, number | null> = {}
-    for (const [name, merge] of Object.entries(this.merges)) values[name] = merge === 'sum' ? 0 : null
+    const values: BucketState['values'] = {}
+    for (const [name, metric] of this.metrics) {
+      values[name] = metric.op === 'count' || metric.op === 'sum' ? 0 : metric.op === 'avg' ? [0, 0] : null
+    }
     const histograms: Record<string, Bins> = {}
     for (const h of this.histograms) histograms[h.id] = new Map()
     return { values, histograms }
   }
 
-  /** Adds one database group (main accumulators) into a bucket. */
-  mergeValues(state: BucketState, row: Record<string, unknown>) {
-    for (const [name, merge] of Object.entries(this.merges)) {
-      const value = typeof row[name] === 'number' ? (row[name] as number) : null
-      const current = state.values[name] ?? null
-      if (merge === 'sum') state.values[name] = (current ?? 0) + (value ?? 0)
-      else if (value !== null) {
-        state.values[name] = current === null ? value : merge === 'min' ? Math.min(current, value) : Math.max(current, value)
+  private matches(where: MetricDefinition['where'], id: Record<string, unknown>): boolean {
+    if (!where) return true
+    return Object.entries(where).every(([field, wanted]) => {
+      const value = id[`w${this.whereFields.indexOf(field)}`] ?? null
+      return Array.isArray(wanted) ? wanted.includes(value as string) : wanted === value
+    })
+  }
+
+  /** Adds one main-group row into a bucket. */
+  mergeValues(state: BucketState, row: GroupRow) {
+    const id = row._id ?? {}
+    for (const [name, metric] of this.metrics) {
+      if (metric.op === 'percentile' || metric.op === 'ratio' || !this.matches(metric.where, id)) continue
+      const f = metric.field
+      const current = state.values[name]
+      switch (metric.op) {
+        case 'count':
+          state.values[name] = (current as number) + (num(row.n) ?? 0)
+          break
+        case 'sum':
+          state.values[name] = (current as number) + (num(row[`s_${f}`]) ?? 0)
+          break
+        case 'avg': {
+          const [s, n] = current as [number, number]
+          state.values[name] = [s + (num(row[`s_${f}`]) ?? 0), n + (num(row[`c_${f}`]) ?? 0)]
+          break
+        }
+        case 'min':
+        case 'max': {
+          const value = num(row[`${metric.op}_${f}`])
+          if (value === null) break
+          const c = current as number | null
+          state.values[name] = c === null ? value : metric.op === 'min' ? Math.min(c, value) : Math.max(c, value)
+          break
+        }
       }
     }
   }
@@ -144,29 +172,16 @@ export class CompiledReport {
   /** The metrics object of a bucket, in definition order. */
   finish(state: BucketState): Record<string, number | null> {
     const out: Record<string, number | null> = {}
-    const metrics = Object.entries(this.definition.metrics)
-    for (const [index, [name, metric]] of metrics.entries()) {
-      const a = `m${index}`
-      switch (metric.op) {
-        case 'count':
-        case 'sum':
-        case 'min':
-        case 'max':
-          out[name] = state.values[a] ?? null
-          break
-        case 'avg': {
-          const n = state.values[`${a}n`] ?? 0
-          out[name] = n > 0 ? round((state.values[`${a}s`] ?? 0) / n, 2) : null
-          break
-        }
-        case 'percentile':
-          out[name] = percentile(state.histograms[JSON.stringify([metric.field, metric.where ?? null])]!, metric.p!)
-          break
-        case 'ratio':
-          break
-      }
+    for (const [name, metric] of this.metrics) {
+      const value = state.values[name]
+      if (metric.op === 'avg') {
+        const [s, n] = value as [number, number]
+        out[name] = n > 0 ? round(s / n, 2) : null
+      } else if (metric.op === 'percentile') {
+        out[name] = percentile(state.histograms[JSON.stringify([metric.field, metric.where ?? null])]!, metric.p!)
+      } else out[name] = (value as number | null) ?? null
     }
-    for (const [name, metric] of metrics) {
+    for (const [name, metric] of this.metrics) {
       if (metric.op !== 'ratio') continue
       const [num, den] = metric.of!
       const d = out[den]
