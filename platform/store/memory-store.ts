@@ -3,6 +3,7 @@
 // TTL indexes are enforced here too, so repository code behaves alike on both stores.
 // Nothing survives a restart: this is the single-node / development default.
 import { randomUUID } from 'node:crypto'
+import { isDeepStrictEqual } from 'node:util'
 import { aggregate, find, update as applyUpdate } from 'mingo'
 import {
   type BulkOp,
@@ -31,10 +32,12 @@ const emptyBulk = (): BulkResult => ({
 
 const clone = <T>(value: T): T => structuredClone(value)
 
-function getPath(doc: Record<string, any>, path: string): unknown {
+/** `stopAtArrays`: an array met on the way is returned as is (mongod looks into its elements). */
+function getPath(doc: Record<string, any>, path: string, stopAtArrays = false): unknown {
   let value: any = doc
   for (const part of path.split('.')) {
     if (value === null || typeof value !== 'object') return null
+    if (stopAtArrays && Array.isArray(value)) return value
     value = value[part]
   }
   return value === undefined ? null : value
@@ -64,7 +67,9 @@ function applySimpleUpdate(doc: Record<string, any>, update: Update): boolean | 
   for (const [path, value] of Object.entries(update.$set ?? {})) {
     const target = parentOf(path, true)
     if (!target || /^\d+$/.test(target[1])) return undefined
-    if (JSON.stringify(target[0][target[1]]) !== JSON.stringify(value) || !(target[1] in target[0])) changed = true
+    const current = target[0][target[1]]
+    // JSON text is field-order sensitive (as mongod is) but cannot tell a Date from its ISO string.
+    if (JSON.stringify(current) !== JSON.stringify(value) || !isDeepStrictEqual(current, value) || !(target[1] in target[0])) changed = true
     target[0][target[1]] = clone(value)
   }
   for (const path of Object.keys(update.$unset ?? {})) {
@@ -89,7 +94,11 @@ function applyUpdateDoc(doc: Record<string, any>, update: Update): boolean {
   const scratch = clone(doc)
   const simple = applySimpleUpdate(scratch, update)
   if (simple !== undefined) {
-    if (simple) Object.assign(doc, scratch)
+    if (simple) {
+      // A top-level $unset removed a key from scratch: drop it here too (Object.assign keeps it).
+      for (const key of Object.keys(doc)) if (!(key in scratch)) delete doc[key]
+      Object.assign(doc, scratch)
+    }
     return simple
   }
   return applyUpdate(doc, update as any).length > 0
@@ -114,6 +123,8 @@ function pinnedValues(filter: Filter, field: string): unknown[] | undefined {
  */
 class HashIndex {
   private readonly maps = new Map<number, Map<string, Set<string>>>()
+  /** Documents with an array on an indexed path: mongod matches its elements, so always candidates. */
+  private readonly multikey = new Set<string>()
   readonly fields: string[]
 
   constructor(readonly spec: IndexSpec) {
@@ -137,6 +148,7 @@ class HashIndex {
   }
 
   add(doc: Doc) {
+    if (this.fields.some(path => Array.isArray(getPath(doc, path, true)))) this.multikey.add(doc._id)
     for (const [length, map] of this.maps) {
       const key = this.docKey(doc, length)
       let owners = map.get(key)
@@ -146,6 +158,7 @@ class HashIndex {
   }
 
   remove(doc: Doc) {
+    this.multikey.delete(doc._id)
     for (const [length, map] of this.maps) {
       const key = this.docKey(doc, length)
       const owners = map.get(key)
@@ -170,7 +183,7 @@ class HashIndex {
       }
       if (combos.length === 0 || combos.length > 10_000) continue
       const map = this.maps.get(length)!
-      const ids = new Set<string>()
+      const ids = new Set<string>(this.multikey)
       for (const combo of combos) for (const id of map.get(this.keyOf(combo)) ?? []) ids.add(id)
       return ids
     }
@@ -233,7 +246,7 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
       const hits: T[] = []
       let simple = true
       for (const doc of candidates) {
-        const values = entries.map(([k]) => getPath(doc, k))
+        const values = entries.map(([k]) => getPath(doc, k, true))
         if (values.some(v => typeof v === 'object' && v !== null)) {
           simple = false // arrays/objects have richer match rules: let mingo decide
           break
@@ -308,14 +321,19 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
   }
 
   private upsert(filter: Filter, update: Update): string {
+    // The filter's equalities (plain values, embedded documents, $eq) seed the new document.
     const seed: Record<string, any> = {}
     for (const [k, v] of Object.entries(filter)) {
-      if (!k.startsWith('$') && (v === null || typeof v !== 'object' || v instanceof Date || Array.isArray(v))) seed[k] = v
-      else if (!k.startsWith('$') && v && typeof v === 'object' && '$eq' in v) seed[k] = v.$eq
+      if (k.startsWith('$')) continue
+      const operators = v !== null && typeof v === 'object' && !(v instanceof Date) && !Array.isArray(v) && Object.keys(v).some(o => o.startsWith('$'))
+      if (!operators) seed[k] = v
+      else if ('$eq' in v) seed[k] = v.$eq
     }
     const { $setOnInsert, ...modifier } = update
     const { _id: insertId, ...onInsert } = ($setOnInsert ?? {}) as Record<string, any>
-    const doc = { _id: insertId ?? seed._id ?? randomUUID(), ...seed } as Record<string, any>
+    const { _id: seedId, ...seedFields } = seed
+    const doc = { _id: insertId ?? seedId ?? randomUUID() } as Record<string, any>
+    if (Object.keys(seedFields).length > 0) applyUpdateDoc(doc, { $set: seedFields }) // dotted keys become nested
     if (Object.keys(modifier).length > 0) applyUpdateDoc(doc, modifier)
     if (Object.keys(onInsert).length > 0) applyUpdateDoc(doc, { $set: onInsert })
     this.insert(doc as T)
