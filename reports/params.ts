@@ -6,6 +6,9 @@ import { type JsonSchema, schemas } from '../schemas/index.js'
 import { reportsSchemas } from '../schemas/reports.js'
 import { canonicalZone, type Grouping } from './time-buckets.js'
 
+/** Hourly buckets need the zone's offset changes over the whole range: bounded to 5 years. */
+export const MAX_HOUR_RANGE_MS = 1827 * 86_400_000
+
 export interface ParameterIssue {
   parameter: string
   code: string
@@ -94,6 +97,9 @@ export function parseExecuteReportQuery(query: URLSearchParams): ExecuteReportQu
   const timeZone = canonicalZone(q.timeZone)
   if (!timeZone) {
     throw invalidParameter('timeZone', `timeZone must be an IANA time zone name such as Europe/Madrid; "${q.timeZone}" is not one`, 'UNKNOWN_TIME_ZONE')
+  }
+  if (q.groupByTime === 'hour' && q.end_ts - q.start_ts > MAX_HOUR_RANGE_MS) {
+    throw invalidParameter('groupByTime', 'groupByTime=hour covers at most 1827 days (5 years); narrow start_ts..end_ts or group by day', 'RANGE_TOO_LARGE')
   }
   return {
     crewId: q.crew_id,

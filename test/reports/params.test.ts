@@ -130,6 +130,12 @@ t.test('parameter rules', async t => {
       await expect400(t, REPORT, { ...reportParams, groupByTime: bad }, 'groupByTime', /^groupByTime must be hour, day, week, month or empty$/)
     }
     for (const good of ['hour', 'day', 'week', 'month']) t.equal((await get(REPORT, { ...reportParams, groupByTime: good })).status, 200)
+    const long = { ...reportParams, start_ts: Date.parse('2020-01-01T00:00:00Z'), end_ts: Date.parse('2025-01-02T00:00:00Z') }
+    await expect400(t, REPORT, { ...long, groupByTime: 'hour' }, 'groupByTime', /at most 1827 days/)
+    t.equal((await get(REPORT, { ...long, groupByTime: 'hour', end_ts: Date.parse('2025-01-01T00:00:00Z') })).status, 200, '5 years of hours')
+    for (const g of ['day', 'week', 'month', undefined]) {
+      t.equal((await get(REPORT, { ...reportParams, start_ts: '1000000000000', end_ts: '9999999999999', groupByTime: g })).status, 200, `${g}: no range limit`)
+    }
     for (const none of ['', undefined]) {
       const res = await get(REPORT, { ...reportParams, groupByTime: none })
       t.equal(res.status, 200)
