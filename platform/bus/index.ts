@@ -1,2 +1,3 @@
 export * from './types.js'
 export { MemoryBus } from './memory-bus.js'
+export { NatsBus, type NatsBusOptions } from './nats-bus.js'
