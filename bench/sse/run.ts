@@ -5,7 +5,7 @@
 // in child processes; everything stays on 127.0.0.1; the whole run is bounded (~2.5 min).
 //
 //   node --import @tapjs/typescript/import bench/sse/run.ts
-//   BENCH_SESSIONS=10000 BENCH_RATE=1000 BENCH_SECONDS=15 BENCH_TARGETS=switchboard,baseline
+//   BENCH_SESSIONS=10000 BENCH_RATE=1000 BENCH_SECONDS=10 BENCH_TARGETS=switchboard,baseline
 import { fork, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { Agent, request } from 'node:http'
@@ -15,8 +15,8 @@ import { join } from 'node:path'
 
 const N = Number(process.env.BENCH_SESSIONS ?? 10_000)
 const RATE = Number(process.env.BENCH_RATE ?? 1000)
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 15)
-const BURST_SECONDS = Number(process.env.BENCH_BURST_SECONDS ?? 5)
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10)
+const BURST_SECONDS = Number(process.env.BENCH_BURST_SECONDS ?? 4)
 const BURST_IN_FLIGHT = Number(process.env.BENCH_BURST_IN_FLIGHT ?? 256)
 const TARGETS = (process.env.BENCH_TARGETS ?? 'switchboard,baseline').split(',')
 const OPEN_CONCURRENCY = 128
@@ -103,6 +103,7 @@ class Stream {
   private chunkLeft = -1
   private text = ''
   onFrame: (event: string, data: string) => void = () => {}
+  onError: (error: Error) => void = () => {}
   inFlight = false
 
   constructor(readonly socket: Socket) {
@@ -116,23 +117,30 @@ class Stream {
       const end = this.buffer.indexOf('\r\n\r\n')
       if (end < 0) return
       const head = this.buffer.subarray(0, end).toString('latin1')
-      if (!/^HTTP\/1\.1 200/.test(head)) throw new Error(`stream open failed: ${head.split('\r\n')[0]}`)
+      if (!/^HTTP\/1\.1 200/.test(head)) {
+        this.socket.destroy()
+        this.onError(new Error(`stream open failed: ${head.split('\r\n')[0]} ${this.buffer.subarray(end).toString('utf8').slice(0, 200)}`))
+        return
+      }
       this.buffer = this.buffer.subarray(end + 4)
       this.headDone = true
     }
-    // Chunked transfer encoding.
+    // Chunked transfer encoding (uWS sends the CRLF that ends a chunk with the next one).
     while (this.buffer.length) {
       if (this.chunkLeft < 0) {
-        const eol = this.buffer.indexOf('\r\n')
+        let from = 0
+        if (this.buffer[0] === 13 && this.buffer[1] === 10) from = 2
+        const eol = this.buffer.indexOf('\r\n', from)
         if (eol < 0) break
-        this.chunkLeft = parseInt(this.buffer.subarray(0, eol).toString('latin1'), 16)
+        this.chunkLeft = parseInt(this.buffer.subarray(from, eol).toString('latin1'), 16)
         this.buffer = this.buffer.subarray(eol + 2)
         if (this.chunkLeft === 0) break
       }
-      if (this.buffer.length < this.chunkLeft + 2) break
-      this.text += this.buffer.subarray(0, this.chunkLeft).toString('utf8')
-      this.buffer = this.buffer.subarray(this.chunkLeft + 2)
-      this.chunkLeft = -1
+      const take = Math.min(this.chunkLeft, this.buffer.length)
+      this.text += this.buffer.subarray(0, take).toString('utf8')
+      this.buffer = this.buffer.subarray(take)
+      this.chunkLeft -= take
+      if (this.chunkLeft === 0) this.chunkLeft = -1
     }
     let sep: number
     while ((sep = this.text.indexOf('\n\n')) >= 0) {
@@ -150,6 +158,7 @@ function openStream(port: number, key: string): Promise<Stream> {
     const socket = connect(port, HOST)
     const stream = new Stream(socket)
     socket.once('error', reject)
+    stream.onError = reject
     stream.onFrame = (event, data) => {
       if (event !== 'Initialized') return
       const parsed = JSON.parse(data)
@@ -195,6 +204,7 @@ async function runTarget(target: string): Promise<TargetResult> {
         while (next < N) {
           next++
           streams.push(await openStream(server.port, server.key))
+          if (streams.length % 2500 === 0) console.error(`   ${streams.length} streams open`)
         }
       }),
     )

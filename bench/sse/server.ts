@@ -94,4 +94,5 @@ process.on('message', (m: any) => {
   if (m?.type === 'memory') process.send!({ type: 'memory', memory: memory() })
 })
 process.on('SIGTERM', () => process.exit(0))
+process.on('disconnect', () => process.exit(0))
 process.send!({ type: 'ready', port, key: KEY })
