@@ -5,7 +5,7 @@ import { Gateway } from './gateway/server.js'
 import { KeyRegistry, parseBootstrapKeys } from './gateway/auth.js'
 import { loadNativeUws } from './gateway/uws.js'
 import type { ServiceModule } from './gateway/routes.js'
-import { MemoryBus } from './platform/bus/index.js'
+import { type Bus, MemoryBus, NatsBus } from './platform/bus/index.js'
 import { type Clock, systemClock } from './platform/clock.js'
 import type { Config } from './platform/config.js'
 import { createLogger, type Logger } from './platform/logger.js'
@@ -35,6 +35,15 @@ async function openStore(config: Config, clock: Clock): Promise<Store> {
   return config.mongoUrl ? MongoStore.connect(config.mongoUrl) : new MemoryStore(clock)
 }
 
+/** NATS_URL set: work queues on JetStream, shared by every process; unset: in-process. */
+async function openBus(config: Config, logger: Logger): Promise<Bus> {
+  if (!config.natsUrl) return new MemoryBus(logger)
+  return NatsBus.connect(
+    { servers: config.natsUrl, name: `switchboard-${config.role}-${process.pid}`, replicas: config.nats.streamReplicas, ackWaitMs: config.nats.ackWaitMs },
+    logger,
+  )
+}
+
 /** Idempotency may live on its own server; it must never block start-up or requests. */
 function openIdempotencyStore(config: Config, main: Store): Store {
   if (!config.idempotencyMongoUrl || config.idempotencyMongoUrl === config.mongoUrl) return main
@@ -48,16 +57,22 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   const metrics = createMetrics({ defaultMetrics: true })
   const store = await openStore(config, clock)
   const idempotencyStore = openIdempotencyStore(config, store)
-  const bus = new MemoryBus(logger)
+  const bus = await openBus(config, logger)
   const platform: Platform = { config, store, bus, clock, logger, metrics }
 
   const keys = new KeyRegistry(parseBootstrapKeys(config.apiKeys), store)
   await keys.init()
 
-  const modules: ServiceModule[] = [createDialer(platform, { idempotencyStore }), createReports(platform), createEngine(platform)]
+  // Roles: `worker` runs the dialer's background workers and serves only /healthz and /metrics;
+  // `gateway` (and `engine`) serve the routes and leave the dialer's queues to workers; `all`
+  // does everything in one process.
+  const dialerWorkers = config.role === 'all' || config.role === 'worker'
+  const servesRoutes = config.role !== 'worker'
+  const dialer = createDialer(platform, { idempotencyStore, workers: dialerWorkers })
+  const modules: ServiceModule[] = servesRoutes ? [dialer, createReports(platform), createEngine(platform)] : [dialer]
   for (const module of modules) await module.start()
 
-  const routes = modules.flatMap(m => m.routes)
+  const routes = servesRoutes ? modules.flatMap(m => m.routes) : []
   const openapi = buildOpenApi(routes, schemas.all, VERSION)
   const gateway = new Gateway({
     uws,
@@ -71,9 +86,9 @@ export async function startService(config: Config, overrides: ServiceOverrides =
     publicDocuments: {
       '/healthz': async () => ({
         status: 200,
-        body: { status: 'ok', version: VERSION, role: config.role, store: store.kind, modules: modules.map(m => m.name) },
+        body: { status: 'ok', version: VERSION, role: config.role, store: store.kind, bus: bus instanceof NatsBus ? 'nats' : 'memory', modules: modules.map(m => m.name), dialerWorkers },
       }),
-      '/openapi.json': async () => ({ status: 200, body: openapi }),
+      ...(servesRoutes ? { '/openapi.json': async () => ({ status: 200, body: openapi }) } : {}),
     },
   })
   const port = await gateway.listen(config.port, config.host)

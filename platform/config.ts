@@ -12,7 +12,14 @@ export interface Config {
   mongoUrl?: string
   /** Idempotency records may live in a separate MongoDB; defaults to mongoUrl. */
   idempotencyMongoUrl?: string
+  /** NATS server URL(s), comma-separated; set = work queues on JetStream (scale-out). */
   natsUrl?: string
+  nats: {
+    /** Replicas of a work-queue stream when this process creates it (3 on a NATS cluster). */
+    streamReplicas: number
+    /** How long JetStream waits for a worker's ack before redelivering its message. */
+    ackWaitMs: number
+  }
   /** Embedded mode keeps uploads here. */
   dataDir: string
   apiKeys: string
@@ -88,17 +95,28 @@ export function loadConfig(env: Env = process.env): Config {
   const host = env.HOST || '0.0.0.0'
   const mongoUrl = url(env, 'MONGO_URL', ['mongodb', 'mongodb+srv'])
   const signingSecret = env.UPLOAD_SIGNING_SECRET || ''
+  const role = oneOf(env, 'ROLE', ['all', 'gateway', 'engine', 'worker'] as const, 'all')
+  // Several seed URLs of a NATS cluster may be listed, comma-separated.
+  const natsUrls = (env.NATS_URL ?? '').split(',').map(u => u.trim()).filter(Boolean)
+  const natsUrl = natsUrls.map(u => url({ NATS_URL: u }, 'NATS_URL', ['nats', 'tls', 'ws', 'wss'])).join(',') || undefined
+  if ((role === 'gateway' || role === 'worker') && (!natsUrl || !mongoUrl)) {
+    throw new ConfigError(`ROLE=${role} needs NATS_URL and MONGO_URL: gateways and workers share work through NATS and state through MongoDB`)
+  }
   if ((mongoUrl || env.NATS_URL) && signingSecret.length > 0 && signingSecret.length < 32) {
     throw new ConfigError('UPLOAD_SIGNING_SECRET must be at least 32 characters')
   }
   return {
-    role: oneOf(env, 'ROLE', ['all', 'gateway', 'engine', 'worker'] as const, 'all'),
+    role,
     port,
     host,
     publicBaseUrl: env.PUBLIC_BASE_URL ? env.PUBLIC_BASE_URL.replace(/\/$/, '') : undefined,
     mongoUrl,
     idempotencyMongoUrl: url(env, 'IDEMPOTENCY_MONGO_URL', ['mongodb', 'mongodb+srv']) ?? mongoUrl,
-    natsUrl: url(env, 'NATS_URL', ['nats', 'tls', 'ws', 'wss']),
+    natsUrl,
+    nats: {
+      streamReplicas: int(env, 'NATS_STREAM_REPLICAS', 1, 1),
+      ackWaitMs: int(env, 'NATS_ACK_WAIT_MS', 30_000, 1000),
+    },
     dataDir: env.DATA_DIR || '.data',
     apiKeys: env.API_KEYS ?? '',
     maxBodyBytes: int(env, 'MAX_BODY_BYTES', 5 * 1024 * 1024, 1024),
