@@ -4,7 +4,7 @@
 // Nothing survives a restart: this is the single-node / development default.
 import { randomUUID } from 'node:crypto'
 import { isDeepStrictEqual } from 'node:util'
-import { aggregate, find, update as applyUpdate } from 'mingo'
+import { aggregate, find, Query, update as applyUpdate } from 'mingo'
 import {
   type BulkOp,
   type BulkResult,
@@ -30,7 +30,20 @@ const emptyBulk = (): BulkResult => ({
   duplicateKeyIndexes: [],
 })
 
-const clone = <T>(value: T): T => structuredClone(value)
+/**
+ * Deep copy of a document: objects, arrays and Dates are copied; primitives (strings
+ * included: large serialized snapshots live in documents) are shared, which structuredClone
+ * would copy byte by byte. Anything exotic falls back to structuredClone.
+ */
+function clone<T>(value: T): T {
+  if (value === null || typeof value !== 'object') return value
+  if (Array.isArray(value)) return value.map(clone) as T
+  if (value instanceof Date) return new Date(value.getTime()) as T
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return structuredClone(value)
+  const out: Record<string, unknown> = {}
+  for (const key of Object.keys(value)) out[key] = clone((value as Record<string, unknown>)[key])
+  return out as T
+}
 
 /** `stopAtArrays`: an array met on the way is returned as is (mongod looks into its elements). */
 function getPath(doc: Record<string, any>, path: string, stopAtArrays = false): unknown {
@@ -68,9 +81,11 @@ function applySimpleUpdate(doc: Record<string, any>, update: Update): boolean | 
     const target = parentOf(path, true)
     if (!target || /^\d+$/.test(target[1])) return undefined
     const current = target[0][target[1]]
+    if (!(target[1] in target[0])) changed = true
+    else if (value === null || typeof value !== 'object') changed ||= current !== value
     // JSON text is field-order sensitive (as mongod is) but cannot tell a Date from its ISO string.
-    if (JSON.stringify(current) !== JSON.stringify(value) || !isDeepStrictEqual(current, value) || !(target[1] in target[0])) changed = true
-    target[0][target[1]] = clone(value)
+    else if (JSON.stringify(current) !== JSON.stringify(value) || !isDeepStrictEqual(current, value)) changed = true
+    target[0][target[1]] = value !== null && typeof value === 'object' ? clone(value) : value
   }
   for (const path of Object.keys(update.$unset ?? {})) {
     const target = parentOf(path, false)
@@ -90,18 +105,42 @@ function applySimpleUpdate(doc: Record<string, any>, update: Update): boolean | 
   return changed
 }
 
-function applyUpdateDoc(doc: Record<string, any>, update: Update): boolean {
-  const scratch = clone(doc)
-  const simple = applySimpleUpdate(scratch, update)
-  if (simple !== undefined) {
-    if (simple) {
-      // A top-level $unset removed a key from scratch: drop it here too (Object.assign keeps it).
-      for (const key of Object.keys(doc)) if (!(key in scratch)) delete doc[key]
-      Object.assign(doc, scratch)
-    }
-    return simple
+/**
+ * Applies an update to a private copy of a stored document and returns [document, changed]:
+ * the fast path when it can, else mingo on a fresh copy (the fast path may have stopped halfway).
+ */
+function updatedCopy<T extends Record<string, any>>(doc: T, update: Update): [T, boolean] {
+  const next = clone(doc)
+  const simple = applySimpleUpdate(next, update)
+  if (simple !== undefined) return [next, simple]
+  const fresh = clone(doc)
+  return [fresh, applyUpdate(fresh, update as any).length > 0]
+}
+
+/** Mongo filters as cache keys: Dates and RegExps keep their type (plain JSON would not). */
+function filterKey(filter: Filter): string {
+  return JSON.stringify(filter, function (this: any, key: string, value: unknown) {
+    const raw = this[key]
+    if (raw instanceof Date) return { $__date: raw.getTime() }
+    if (raw instanceof RegExp) return { $__regexp: raw.toString() }
+    return value
+  })
+}
+
+/**
+ * Compiled mingo queries, reused for repeated filters: compiling one copies mingo's whole
+ * operator table (~1 ms), and hot callers repeat the same filter (a session's own id).
+ */
+const compiledQueries = new Map<string, Query<any>>()
+function compiled(filter: Filter): Query<any> {
+  const key = filterKey(filter)
+  let query = compiledQueries.get(key)
+  if (!query) {
+    if (compiledQueries.size >= 10_000) compiledQueries.delete(compiledQueries.keys().next().value!)
+    query = new Query(filter)
+    compiledQueries.set(key, query)
   }
-  return applyUpdate(doc, update as any).length > 0
+  return query
 }
 
 const isPrimitive = (v: unknown) => v === null || ['string', 'number', 'boolean'].includes(typeof v)
@@ -256,7 +295,7 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
       }
       if (simple) return hits
     }
-    let cursor = find(candidates, filter)
+    let cursor = compiled(filter).find(candidates)
     if (options.sort) cursor = cursor.sort(options.sort)
     if (options.skip) cursor = cursor.skip(options.skip)
     if (options.limit) cursor = cursor.limit(options.limit)
@@ -313,9 +352,8 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
   }
 
   private updateDoc(doc: T, update: Update): boolean {
-    const next = clone(doc)
     const { $setOnInsert: _ignored, ...modifier } = update
-    const changed = applyUpdateDoc(next, modifier)
+    const [next, changed] = updatedCopy(doc, modifier)
     if (changed) this.store(next, doc)
     return changed
   }
@@ -332,10 +370,10 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
     const { $setOnInsert, ...modifier } = update
     const { _id: insertId, ...onInsert } = ($setOnInsert ?? {}) as Record<string, any>
     const { _id: seedId, ...seedFields } = seed
-    const doc = { _id: insertId ?? seedId ?? randomUUID() } as Record<string, any>
-    if (Object.keys(seedFields).length > 0) applyUpdateDoc(doc, { $set: seedFields }) // dotted keys become nested
-    if (Object.keys(modifier).length > 0) applyUpdateDoc(doc, modifier)
-    if (Object.keys(onInsert).length > 0) applyUpdateDoc(doc, { $set: onInsert })
+    let doc = { _id: insertId ?? seedId ?? randomUUID() } as Record<string, any>
+    if (Object.keys(seedFields).length > 0) doc = updatedCopy(doc, { $set: seedFields })[0] // dotted keys become nested
+    if (Object.keys(modifier).length > 0) doc = updatedCopy(doc, modifier)[0]
+    if (Object.keys(onInsert).length > 0) doc = updatedCopy(doc, { $set: onInsert })[0]
     this.insert(doc as T)
     return doc._id
   }
