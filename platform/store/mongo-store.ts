@@ -2,6 +2,7 @@
 // two the repositories care about (duplicate key, unavailable); everything else propagates.
 import {
   type AnyBulkWriteOperation,
+  type BulkWriteResult,
   MongoBulkWriteError,
   MongoClient,
   type MongoClientOptions,
@@ -119,29 +120,22 @@ class MongoCollection<T extends Doc> implements Collection<T> {
     if (ops.length === 0) {
       return { insertedCount: 0, matchedCount: 0, modifiedCount: 0, upsertedCount: 0, deletedCount: 0, duplicateKeyIndexes: [] }
     }
+    const counts = (r: BulkWriteResult, duplicateKeyIndexes: number[]): BulkResult => ({
+      insertedCount: r.insertedCount,
+      matchedCount: r.matchedCount,
+      modifiedCount: r.modifiedCount,
+      upsertedCount: r.upsertedCount,
+      deletedCount: r.deletedCount,
+      duplicateKeyIndexes,
+    })
     try {
-      const r = await this.inner.bulkWrite(ops as AnyBulkWriteOperation<any>[], { ordered: options.ordered ?? true })
-      return {
-        insertedCount: r.insertedCount,
-        matchedCount: r.matchedCount,
-        modifiedCount: r.modifiedCount,
-        upsertedCount: r.upsertedCount,
-        deletedCount: r.deletedCount,
-        duplicateKeyIndexes: [],
-      }
+      return counts(await this.inner.bulkWrite(ops as AnyBulkWriteOperation<any>[], { ordered: options.ordered ?? true }), [])
     } catch (error) {
       if (!(error instanceof MongoBulkWriteError)) translate(error)
+      // Unique-index rejections are an expected outcome (ordered:false keeps going past them).
       const errors = Array.isArray(error.writeErrors) ? error.writeErrors : [error.writeErrors]
       if (errors.some(e => e.code !== 11000)) throw error
-      const r = error.result
-      return {
-        insertedCount: r.insertedCount,
-        matchedCount: r.matchedCount,
-        modifiedCount: r.modifiedCount,
-        upsertedCount: r.upsertedCount,
-        deletedCount: r.deletedCount,
-        duplicateKeyIndexes: errors.map(e => e.index),
-      }
+      return counts(error.result, errors.map(e => e.index))
     }
   }
 
