@@ -6,9 +6,10 @@ import { randomUUID } from 'node:crypto'
 import { createActor, fromCallback, type Actor } from 'xstate'
 import { ApiError } from '../gateway/errors.js'
 import type { Platform } from '../platform/index.js'
-import { DuplicateKeyError, type Collection, type Doc } from '../platform/store/index.js'
+import type { Collection, Doc } from '../platform/store/index.js'
 import type { SessionRecorder, SessionStatus } from '../reports/index.js'
 import type { CrewCatalog, Crew, ToolDefinition } from './crews.js'
+import { CrewSlots } from './crew-slots.js'
 import {
   assertCan,
   IllegalMoveError,
@@ -28,7 +29,6 @@ import type { HistoryEntry, PendingTool } from './types.js'
 
 export const SESSIONS = 'engine_sessions'
 export const SESSION_LOG = 'engine_session_log'
-export const CREW_SLOTS = 'engine_crew_slots'
 
 interface SessionDoc extends Doc {
   accountId: string
@@ -52,10 +52,6 @@ interface LogDoc extends Doc {
   at: number
   type: string
   entry: string
-}
-
-interface SlotDoc extends Doc {
-  live: number
 }
 
 interface LiveSession {
@@ -107,7 +103,7 @@ export class SessionHost {
   private readonly loading = new Map<string, Promise<LiveSession | null>>()
   private readonly sessions: Collection<SessionDoc>
   private readonly log: Collection<LogDoc>
-  private readonly slots: Collection<SlotDoc>
+  private readonly slots: CrewSlots
   private readonly machine
   private stopped = false
   private readonly cleanups = new Set<Promise<void>>()
@@ -116,7 +112,7 @@ export class SessionHost {
     const { store } = options.platform
     this.sessions = store.collection<SessionDoc>(SESSIONS)
     this.log = store.collection<LogDoc>(SESSION_LOG)
-    this.slots = store.collection<SlotDoc>(CREW_SLOTS)
+    this.slots = new CrewSlots(store)
     this.machine = sessionMachine.provide({
       actors: {
         generate: fromCallback<SessionEvent, GenerationInput>(({ input, sendBack }) => this.generate(input, sendBack)),
@@ -151,36 +147,13 @@ export class SessionHost {
     if (!crew || (crew.accounts && !crew.accounts.includes(request.accountId))) {
       throw new ApiError(400, 'CREW_NOT_FOUND', `Crew ${request.crewId} does not exist or is not available to this account`)
     }
-    await this.acquireSlot(request.accountId, crew)
+    await this.slots.acquire(request.accountId, crew)
     try {
       return await this.start(request, crew, listener)
     } catch (error) {
-      await this.releaseSlot(request.accountId, crew.id)
+      await this.slots.release(request.accountId, crew.id)
       throw error
     }
-  }
-
-  /** The concurrent-session limit, kept in the store so every node counts the same sessions. */
-  private async acquireSlot(accountId: string, crew: Crew) {
-    try {
-      await this.slots.findOneAndUpdate(
-        { _id: `${accountId}:${crew.id}`, live: { $lt: crew.maxConcurrentSessions } },
-        { $inc: { live: 1 } },
-        { upsert: true },
-      )
-    } catch (error) {
-      if (!(error instanceof DuplicateKeyError)) throw error
-      throw new ApiError(
-        429,
-        'SESSION_LIMIT_REACHED',
-        `Crew ${crew.id} already has ${crew.maxConcurrentSessions} live sessions for this account; close one and retry`,
-        { limit: crew.maxConcurrentSessions },
-      )
-    }
-  }
-
-  private async releaseSlot(accountId: string, crewId: string) {
-    await this.slots.updateOne({ _id: `${accountId}:${crewId}`, live: { $gt: 0 } }, { $inc: { live: -1 } })
   }
 
   private async start(request: CreateSessionRequest, crew: Crew, listener: TransportListener): Promise<Subscription> {
@@ -643,7 +616,7 @@ export class SessionHost {
     // Resources released: the log and the snapshot go; a tombstone says it was destroyed.
     live.cleanup = (async () => {
       await this.flushed(live)
-      await this.releaseSlot(live.accountId, live.crew.id)
+      await this.slots.release(live.accountId, live.crew.id)
       await this.sessions.updateOne(
         { _id: live.id },
         { $set: { state: 'destroyed', snapshot: null, destroyedAt: new Date(this.now), closeReason: context.closeReason ?? 'destroyed' } },
