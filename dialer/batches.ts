@@ -39,7 +39,8 @@ export interface Move {
 
 /** The batch lifecycle: which status each move starts from and where it leads. */
 export const MOVES: Record<LifecycleType, Move> = {
-  'batch.start': { from: ['created', 'stopped'], to: 'running', log: 'started' },
+  // A completed batch starts again (contacts added or recontacted after it completed).
+  'batch.start': { from: ['created', 'stopped', 'completed'], to: 'running', log: 'started' },
   'batch.stop': { from: ['running'], to: 'stopped', log: 'stopped' },
   'batch.archive': { from: ['created', 'stopped', 'completed'], to: 'archived', log: 'archived' },
   'batch.delete': { from: ['created', 'stopped', 'completed', 'archived'], to: 'deleting', log: 'deleted' },

@@ -11,6 +11,7 @@ export const COLLECTIONS = {
   idempotency: 'dialer_idempotency_keys',
   uploads: 'dialer_uploads',
   importErrors: 'dialer_import_errors',
+  attempts: 'dialer_attempts',
 } as const
 
 export const INDEXES: Record<string, IndexSpec[]> = {
@@ -18,6 +19,9 @@ export const INDEXES: Record<string, IndexSpec[]> = {
   [COLLECTIONS.contacts]: [
     { name: 'batch_identifier_unique', key: { batchId: 1, identifier: 1 }, unique: true },
     { name: 'account_state', key: { accountId: 1, state: 1 } },
+    // Selection cycles: a batch's due contacts. `state` leads so the embedded store's hash maps
+    // of this index never answer a plain (batchId, identifier) lookup with the whole batch.
+    { name: 'state_batch_next', key: { state: 1, batchId: 1, nextAttemptAt: 1 }, partitionFields: 2 },
   ],
   [COLLECTIONS.operations]: [
     // TTL: documents carry their own absolute expiry (retention differs per kind and phase).
@@ -32,6 +36,11 @@ export const INDEXES: Record<string, IndexSpec[]> = {
   [COLLECTIONS.logs]: [{ name: 'batch_created', key: { batchId: 1, createdAt: -1 } }],
   [COLLECTIONS.uploads]: [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }],
   [COLLECTIONS.importErrors]: [{ name: 'batch_row', key: { batchId: 1, row: 1 } }],
+  [COLLECTIONS.attempts]: [
+    { name: 'batch_started', key: { batchId: 1, startedAt: -1 } },
+    { name: 'batch_outcome', key: { batchId: 1, outcome: 1, startedAt: -1 }, partitionFields: 2 },
+    { name: 'contact_started', key: { contactId: 1, startedAt: -1 } },
+  ],
 }
 
 export const IDEMPOTENCY_INDEXES: IndexSpec[] = [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }]
@@ -62,6 +71,14 @@ export interface ContactDoc {
   addressAttempts: Record<string, number>
   createdAt: Date
   updatedAt: Date
+  /** Set by the dialing scheduler (absent on contacts never dialed). */
+  claimedBy?: string | null
+  claimedAt?: Date | null
+  lastOutcome?: string | null
+  /** Why a `done` contact is done: final_outcome, attempts_exhausted or blocked. */
+  doneReason?: string | null
+  /** The last reason a selection cycle passed the contact over (outside_window, ...). */
+  lastSkipReason?: string | null
 }
 
 export interface Actor {

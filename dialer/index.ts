@@ -16,6 +16,9 @@ import { Contacts } from './contacts.js'
 import { Operations } from './operations.js'
 import { Idempotency } from './idempotency.js'
 import { dialerRoutes } from './routes.js'
+import { Attempts } from './attempts.js'
+import { createProviders } from './providers/index.js'
+import { ContactControl, registerScheduler, Scheduler } from './scheduler/index.js'
 
 export function createDialer(platform: Platform, options: { idempotencyStore: Store; workers?: boolean }): ServiceModule {
   const { store, clock } = platform
@@ -28,16 +31,24 @@ export function createDialer(platform: Platform, options: { idempotencyStore: St
   const blocked = new BlockedAddresses(store, clock)
   const idempotency = new Idempotency(options.idempotencyStore, clock, platform.logger)
   const workers = [loads, lifecycle, imports]
+  const attempts = new Attempts(store)
+  const scheduler = new Scheduler(platform, { log, attempts, providers: createProviders(platform.config) })
+  registerScheduler(platform, scheduler)
+  const control = new ContactControl(platform, attempts)
 
   return {
     name: 'dialer',
-    routes: dialerRoutes({ platform, batches, loads, contacts: new Contacts(store), lifecycle, operations, log, blocked, imports, idempotency }),
+    routes: dialerRoutes({ platform, batches, loads, contacts: new Contacts(store), lifecycle, operations, log, blocked, imports, idempotency, attempts, control }),
     async start() {
       for (const [collection, indexes] of Object.entries(INDEXES)) await store.ensureIndexes(collection, indexes)
       await idempotency.ensureIndexes()
-      if (options.workers !== false) for (const worker of workers) worker.startWorkers()
+      if (options.workers !== false) {
+        for (const worker of workers) worker.startWorkers()
+        scheduler.start(platform.config.dialer.cycleMs)
+      }
     },
     async stop() {
+      await scheduler.stop()
       for (const worker of workers) await worker.stopWorkers()
     },
   }

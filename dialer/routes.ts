@@ -14,6 +14,9 @@ import type { ContactLoads } from './loads.js'
 import type { Contacts } from './contacts.js'
 import { operationView, type Operations, type LifecycleType } from './operations.js'
 import type { Idempotency } from './idempotency.js'
+import type { Attempts } from './attempts.js'
+import { type ContactControl, emptyProgress } from './scheduler/index.js'
+import { OUTCOMES } from './rules.js'
 
 const V1 = '/dialer/v1'
 const TAG = 'Dialer'
@@ -29,6 +32,8 @@ export interface DialerServices {
   blocked: BlockedAddresses
   imports: CsvImports
   idempotency: Idempotency
+  attempts: Attempts
+  control: ContactControl
 }
 
 /** Parses and validates a JSON body against a schema; 400 VALIDATION_FAILED lists every problem. */
@@ -101,7 +106,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
           const op = await s.imports.start(batch, input.tempCsvKey!, input.columnMapping!, ctx.principal)
           batch.importOperationId = op._id
         }
-        return { status: 201, body: batchView(batch) }
+        return { status: 201, body: { ...batchView(batch), progress: emptyProgress() } }
       },
     }),
     {
@@ -159,8 +164,11 @@ export function dialerRoutes(s: DialerServices): Route[] {
       path: `${V1}/batches/:batchId`,
       role: 'dialer',
       tag: TAG,
-      summary: 'Read a batch, including uploadStatus, uploadProgress and totalContacts',
-      handle: async ctx => ({ status: 200, body: batchView(await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)) }),
+      summary: 'Read a batch, including uploadStatus, uploadProgress, totalContacts and dialing progress',
+      handle: async ctx => {
+        const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
+        return { status: 200, body: { ...batchView(batch), progress: await s.control.progress(batch._id) } }
+      },
     },
     lifecycleRoute('post', `${V1}/batches/:batchId/start`, 'batch.start', 'Start dialing a batch'),
     lifecycleRoute('post', `${V1}/batches/:batchId/stop`, 'batch.stop', 'Stop dialing a batch'),
@@ -198,10 +206,49 @@ export function dialerRoutes(s: DialerServices): Route[] {
       path: `${V1}/batches/:batchId/contacts/:contactId`,
       role: 'dialer',
       tag: TAG,
-      summary: 'Read one contact by its contactId',
+      summary: 'Read one contact with its attempt history and whether (or why not, and when) it may be dialed now',
       handle: async ctx => {
         const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
-        return { status: 200, body: await s.contacts.get(batch._id, ctx.params.contactId!) }
+        return { status: 200, body: await s.control.detail(batch, ctx.params.contactId!) }
+      },
+    },
+    write({
+      method: 'post',
+      path: `${V1}/batches/:batchId/contacts/:contactId/reschedule`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Set the next attempt of a contact (scheduledAt: UTC, future, within 30 days); a done or cancelled contact is dialed again',
+      requestSchema: 'dialer.contact.reschedule',
+      responses: { '200': { description: 'The contact' }, '400': { description: 'Invalid scheduledAt' }, '404': { description: 'No such batch or contact' }, '409': { description: 'The contact is being dialed now' } },
+      handle: async ctx => {
+        const input = body<{ scheduledAt: string }>(ctx, 'dialer.contact.reschedule')
+        const batch = await s.batches.getWritable(ctx.principal.accountId, ctx.params.batchId!)
+        return { status: 200, body: await s.control.reschedule(batch, ctx.params.contactId!, input.scheduledAt) }
+      },
+    }),
+    write({
+      method: 'post',
+      path: `${V1}/batches/:batchId/contacts/:contactId/cancel`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'Cancel a contact: no further attempts (one in flight ends and is recorded)',
+      responses: { '200': { description: 'The contact' }, '404': { description: 'No such batch or contact' }, '409': { description: 'The contact is already done' } },
+      handle: async ctx => {
+        const batch = await s.batches.getWritable(ctx.principal.accountId, ctx.params.batchId!)
+        return { status: 200, body: await s.control.cancel(batch, ctx.params.contactId!) }
+      },
+    }),
+    {
+      method: 'get',
+      path: `${V1}/batches/:batchId/attempts`,
+      role: 'dialer',
+      tag: TAG,
+      summary: 'The attempts of a batch, newest first; query outcome, limit, offset',
+      handle: async ctx => {
+        const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
+        const outcome = enumParam(ctx.query, 'outcome', OUTCOMES)
+        const { limit, offset } = page(ctx)
+        return { status: 200, body: await s.attempts.list(batch._id, { outcome }, limit, offset) }
       },
     },
     {

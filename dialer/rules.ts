@@ -6,8 +6,9 @@
 // daylight-saving change.
 import { DateTime, IANAZone } from 'luxon'
 import type { AddressDoc, ContactDoc } from './collections.js'
+import { OUTCOMES } from '../schemas/dialer.js'
 
-export const OUTCOMES = ['answered', 'delivered', 'voicemail', 'no_answer', 'busy', 'failed'] as const
+export { OUTCOMES }
 export type Outcome = (typeof OUTCOMES)[number]
 
 export const WEEKDAYS = ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'] as const

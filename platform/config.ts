@@ -30,6 +30,14 @@ export interface Config {
     chunkSize: number
     uploadSigningSecret: string
     workerConcurrency: number
+    /** Selection-cycle period of the dialing scheduler in worker processes; 0 = no timer. */
+    cycleMs: number
+    /** Attempts in flight at once per batch (a batch's rules.maxInFlight may lower it). */
+    maxInFlightPerBatch: number
+    /** Attempts in flight at once per account, over all its batches. */
+    maxInFlightPerAccount: number
+    /** The simulated provider: outcome mix ("answered=30,no_answer=40,..."), latency, RNG seed. */
+    simulated: { outcomes: string; latencyMs: number; seed: number }
   }
   channel: {
     heartbeatMs: number
@@ -127,6 +135,14 @@ export function loadConfig(env: Env = process.env): Config {
       // A random secret per process is fine for one embedded node; a cluster must share one.
       uploadSigningSecret: signingSecret || randomSecret(),
       workerConcurrency: int(env, 'DIALER_WORKER_CONCURRENCY', 4, 1),
+      cycleMs: int(env, 'DIALER_CYCLE_MS', 1000, 0),
+      maxInFlightPerBatch: int(env, 'DIALER_MAX_IN_FLIGHT_PER_BATCH', 50, 1),
+      maxInFlightPerAccount: int(env, 'DIALER_MAX_IN_FLIGHT_PER_ACCOUNT', 200, 1),
+      simulated: {
+        outcomes: env.DIALER_SIM_OUTCOMES || 'answered=35,no_answer=30,busy=15,voicemail=15,failed=5',
+        latencyMs: int(env, 'DIALER_SIM_LATENCY_MS', 2000, 0),
+        seed: int(env, 'DIALER_SIM_SEED', 1, 0),
+      },
     },
     channel: {
       heartbeatMs: int(env, 'SSE_HEARTBEAT_MS', 30_000, 10),

@@ -7,6 +7,8 @@ const PHONE_EXPECTED = 'country code included, digits only, 7 to 15 characters, 
 export const ADDRESS_TYPES = ['phone', 'email', 'whatsapp'] as const
 export const DUPLICATE_STRATEGIES = ['skip', 'merge', 'replace'] as const
 export const CHANNELS = ['phone', 'email', 'whatsapp'] as const
+/** Attempt outcomes (dialer/rules.ts). */
+export const OUTCOMES = ['answered', 'delivered', 'voicemail', 'no_answer', 'busy', 'failed'] as const
 
 const address = {
   type: 'object',
@@ -74,6 +76,7 @@ export const batchRules = {
     maxAttemptsPerAddress: { type: 'integer', minimum: 1, maximum: 100 },
     retryDelayMinutes: {
       type: 'object',
+      propertyNames: { enum: OUTCOMES, 'x-code': 'INVALID_OUTCOME', 'x-expected': OUTCOMES.join(', ') },
       additionalProperties: { type: 'integer', minimum: 0, maximum: 43200 },
     },
     callingWindows: {
@@ -89,6 +92,8 @@ export const batchRules = {
     timeZone: { type: 'string', minLength: 1, 'x-expected': 'an IANA time-zone name' },
     blockedDates: { type: 'array', maxItems: 366, items: { type: 'string', format: 'date' } },
     priorityOrder: { type: 'string', enum: ['contactPriority', 'scheduledAt'] },
+    finalOutcomes: { type: 'array', uniqueItems: true, items: { type: 'string', enum: OUTCOMES } },
+    maxInFlight: { type: 'integer', minimum: 1, maximum: 10000 },
   },
 } as const
 
@@ -137,6 +142,12 @@ export const dialerSchemas = {
       columnMapping,
     },
     dependentRequired: { tempCsvKey: ['columnMapping'], columnMapping: ['tempCsvKey'] },
+  },
+  'dialer.contact.reschedule': {
+    type: 'object',
+    required: ['scheduledAt'],
+    additionalProperties: false,
+    properties: { scheduledAt: contact.properties.scheduledAt },
   },
   'dialer.upload-url.create': {
     type: 'object',

@@ -1,0 +1,30 @@
+// The provider seam: the scheduler hands each claimed attempt to the provider of the batch's
+// channel and records whatever outcome comes back. A provider never touches the store.
+import type { AddressDoc } from '../collections.js'
+import type { Outcome } from '../rules.js'
+
+export interface AttemptRequest {
+  attemptId: string
+  accountId: string
+  batchId: string
+  contactId: string
+  identifier: string
+  channel: 'phone' | 'email' | 'whatsapp'
+  address: AddressDoc
+  /** 1 for the contact's first attempt. */
+  attemptNumber: number
+  name: string
+  customFields: Record<string, unknown>
+}
+
+export interface AttemptResult {
+  outcome: Outcome
+  /** Free text kept with the attempt (a provider's reason or reference). */
+  detail?: string
+}
+
+export interface Provider {
+  readonly name: string
+  /** Resolves when the attempt has ended; a rejection is recorded as outcome `failed`. */
+  dial(attempt: AttemptRequest): Promise<AttemptResult>
+}

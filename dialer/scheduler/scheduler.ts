@@ -1,0 +1,278 @@
+// The dialing scheduler. A selection cycle, for every running batch:
+//   1. reads the batch's due contacts (state pending, nextAttemptAt <= now), ordered by
+//      contactPriority (higher first) then nextAttemptAt, or the other way round with
+//      rules.priorityOrder = scheduledAt, as many as pacing leaves room for;
+//   2. checks each against the rules and the account's blocked list *now* (not at load): a
+//      contact outside its window, on a blocked date or scheduled later gets nextAttemptAt moved
+//      to its next allowed instant and lastSkipReason recorded; a contact whose addresses are all
+//      blocked, or with no attempts left, is done (doneReason says why);
+//   3. claims each dialable contact with one conditional update (pending and due -> in_progress,
+//      claimedBy), so of two schedulers racing on a contact exactly one wins;
+//   4. records the attempt (outcome null = in flight) and hands it to the channel's provider;
+//      when the provider answers, the attempt gets its outcome and the contact its counters and
+//      either a retry time or `done`;
+//   5. marks the batch `completed` (log entry by `system`) when nothing is left to dial.
+// Pacing: attempts in flight per batch (config, lowered by rules.maxInFlight) and per account,
+// counted in the store so every scheduler sees the same numbers (two schedulers claiming in the
+// same instant may overshoot by what each claims in that instant).
+// Stopping a batch stops new claims at once (the status is re-read before every round of
+// claims); attempts in flight finish and are recorded.
+import type { Platform } from '../../platform/index.js'
+import type { Collection } from '../../platform/store/index.js'
+import { newId } from '../../platform/ids.js'
+import { COLLECTIONS, type AddressDoc, type ContactDoc } from '../collections.js'
+import type { BatchDoc } from '../batches.js'
+import type { BatchLog } from '../batch-log.js'
+import type { Attempts } from '../attempts.js'
+import type { ProviderFor } from '../providers/index.js'
+import { addressKey, afterOutcome, type BatchRules, blockKey, dialability, type NotDialableReason, type Outcome } from '../rules.js'
+
+/** Rounds of (select, check, claim) per batch and cycle; each round fills the room left. */
+const MAX_ROUNDS = 8
+/** A contact with no allowed time within a year is looked at again after a day. */
+const NO_WINDOW_RECHECK_MS = 24 * 60 * 60_000
+
+export interface CycleReport {
+  batches: number
+  claimed: number
+  skipped: Partial<Record<NotDialableReason, number>>
+  completed: string[]
+}
+
+export class Scheduler {
+  private readonly contacts: Collection<ContactDoc>
+  private readonly batchDocs: Collection<BatchDoc>
+  private readonly blocked: Collection<{ _id: string; accountId: string; addressType: string; address: string }>
+  private readonly inFlight = new Map<string, Promise<void>>()
+  private timer?: NodeJS.Timeout
+  private cycle?: Promise<CycleReport>
+  private stopped = false
+
+  constructor(
+    private readonly platform: Platform,
+    private readonly deps: { log: BatchLog; attempts: Attempts; providers: ProviderFor },
+    readonly workerId: string = `scheduler-${newId()}`,
+  ) {
+    this.contacts = platform.store.collection<ContactDoc>(COLLECTIONS.contacts)
+    this.batchDocs = platform.store.collection<BatchDoc>(COLLECTIONS.batches)
+    this.blocked = platform.store.collection(COLLECTIONS.blocked)
+  }
+
+  /** Runs a cycle every `intervalMs` (after the previous one finished); 0 = never (tests call runCycle). */
+  start(intervalMs: number) {
+    this.stopped = false
+    if (intervalMs <= 0) return
+    const tick = async () => {
+      try {
+        await this.runCycle()
+      } catch (error) {
+        this.platform.logger.error('dialer selection cycle failed', { error, workerId: this.workerId })
+      }
+      if (!this.stopped) this.timer = setTimeout(tick, intervalMs).unref()
+    }
+    this.timer = setTimeout(tick, intervalMs).unref()
+  }
+
+  /** No new cycles; the current one and every attempt in flight finish (and are recorded). */
+  async stop() {
+    this.stopped = true
+    clearTimeout(this.timer)
+    await this.cycle?.catch(() => undefined)
+    await this.drain()
+  }
+
+  get attemptsInFlight() {
+    return this.inFlight.size
+  }
+
+  /** Resolves once every attempt this scheduler dispatched has been recorded. */
+  async drain() {
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight.values()])
+  }
+
+  /** One selection cycle (cycles of one scheduler never overlap). */
+  async runCycle(): Promise<CycleReport> {
+    while (this.cycle) await this.cycle.catch(() => undefined)
+    const cycle = this.select().finally(() => {
+      this.cycle = undefined
+    })
+    this.cycle = cycle
+    return cycle
+  }
+
+  private async select(): Promise<CycleReport> {
+    const now = this.platform.clock.now()
+    const report: CycleReport = { batches: 0, claimed: 0, skipped: {}, completed: [] }
+    const running = await this.batchDocs.find({ status: 'running' }, { sort: { createdAt: 1, _id: 1 } })
+    const accountInFlight = new Map<string, number>()
+    for (const batch of running) {
+      report.batches++
+      await this.selectBatch(batch, now, accountInFlight, report)
+      if (await this.completeIfDone(batch)) report.completed.push(batch._id)
+    }
+    return report
+  }
+
+  private async selectBatch(batch: BatchDoc, now: number, accountInFlight: Map<string, number>, report: CycleReport) {
+    const { config } = this.platform
+    const rules = (batch.rules ?? {}) as BatchRules
+    const batchLimit = Math.min(config.dialer.maxInFlightPerBatch, rules.maxInFlight ?? Infinity)
+    const accountLimit = config.dialer.maxInFlightPerAccount
+    let batchBusy = await this.contacts.countDocuments({ batchId: batch._id, state: 'in_progress' })
+    if (!accountInFlight.has(batch.accountId)) {
+      accountInFlight.set(batch.accountId, await this.contacts.countDocuments({ accountId: batch.accountId, state: 'in_progress' }))
+    }
+    const sort: Record<string, 1 | -1> =
+      rules.priorityOrder === 'scheduledAt' ? { nextAttemptAt: 1, contactPriority: -1, _id: 1 } : { contactPriority: -1, nextAttemptAt: 1, _id: 1 }
+    const dueBy = new Date(now)
+
+    for (let round = 0; round < MAX_ROUNDS; round++) {
+      const room = Math.min(batchLimit - batchBusy, accountLimit - accountInFlight.get(batch.accountId)!)
+      if (room <= 0 || this.stopped) return
+      const due = await this.contacts.find({ batchId: batch._id, state: 'pending', nextAttemptAt: { $lte: dueBy } }, { sort, limit: room })
+      if (due.length === 0) return
+      // A stop (or delete) since the cycle began: no new claims.
+      const current = await this.batchDocs.findOne({ _id: batch._id }, { projection: { status: 1 } })
+      if (current?.status !== 'running') return
+      const blocked = await this.blockedAmong(batch.accountId, due)
+      let progressed = false
+      for (const contact of due) {
+        const verdict = dialability({ rules, batchStatus: 'running', contact, now, blocked })
+        if (!verdict.dialable) {
+          await this.passOver(contact, verdict.reason, verdict.nextEligibleAt, now)
+          report.skipped[verdict.reason] = (report.skipped[verdict.reason] ?? 0) + 1
+          progressed = true
+          continue
+        }
+        const claimed = await this.contacts.findOneAndUpdate(
+          { _id: contact._id, state: 'pending', nextAttemptAt: { $lte: dueBy } },
+          { $set: { state: 'in_progress', claimedBy: this.workerId, claimedAt: dueBy, updatedAt: dueBy } },
+          { returnDocument: 'after' },
+        )
+        if (!claimed) continue // another scheduler won it
+        progressed = true
+        batchBusy++
+        accountInFlight.set(batch.accountId, accountInFlight.get(batch.accountId)! + 1)
+        report.claimed++
+        await this.dispatch(batch, claimed, verdict.address, now)
+      }
+      if (!progressed) return
+    }
+  }
+
+  /** blockKey()s of the account's blocked addresses among these contacts' addresses. */
+  private async blockedAmong(accountId: string, contacts: ContactDoc[]): Promise<Set<string>> {
+    const addresses = new Set<string>()
+    for (const c of contacts) for (const a of c.addresses) addresses.add(a.type === 'email' ? a.address.trim().toLowerCase() : a.address.trim())
+    if (addresses.size === 0) return new Set()
+    const docs = await this.blocked.find({ accountId, address: { $in: [...addresses] } }, { projection: { addressType: 1, address: 1 } })
+    return new Set(docs.map(d => blockKey(d.addressType, d.address)))
+  }
+
+  /** Not dialable now: move it to its next allowed time, or close it when it never will be. */
+  private async passOver(contact: ContactDoc, reason: NotDialableReason, nextEligibleAt: number | null, now: number) {
+    const guard = { _id: contact._id, state: 'pending', nextAttemptAt: contact.nextAttemptAt }
+    const at = new Date(now)
+    if (reason === 'blocked' || reason === 'attempts_exhausted') {
+      await this.contacts.updateOne(guard, { $set: { state: 'done', doneReason: reason, lastSkipReason: reason, updatedAt: at } })
+      return
+    }
+    const next = nextEligibleAt ?? now + NO_WINDOW_RECHECK_MS
+    await this.contacts.updateOne(guard, { $set: { nextAttemptAt: new Date(next), lastSkipReason: reason, updatedAt: at } })
+  }
+
+  /** Records the attempt as in flight, then lets the provider run it in the background. */
+  private async dispatch(batch: BatchDoc, contact: ContactDoc, address: AddressDoc, now: number) {
+    const provider = this.deps.providers(batch.channel)
+    const attemptId = newId()
+    const attemptNumber = contact.attempts + 1
+    await this.deps.attempts.begin({
+      _id: attemptId,
+      accountId: contact.accountId,
+      batchId: contact.batchId,
+      contactId: contact._id,
+      identifier: contact.identifier,
+      address: address.address,
+      type: address.type,
+      attemptNumber,
+      provider: provider.name,
+      workerId: this.workerId,
+      outcome: null,
+      detail: null,
+      startedAt: new Date(now),
+      endedAt: null,
+    })
+    const run = (async () => {
+      let outcome: Outcome
+      let detail: string | null
+      try {
+        const result = await provider.dial({
+          attemptId,
+          accountId: contact.accountId,
+          batchId: contact.batchId,
+          contactId: contact._id,
+          identifier: contact.identifier,
+          channel: batch.channel,
+          address,
+          attemptNumber,
+          name: contact.name,
+          customFields: contact.customFields ?? {},
+        })
+        outcome = result.outcome
+        detail = result.detail ?? null
+      } catch (error) {
+        outcome = 'failed'
+        detail = `provider error: ${(error as Error).message}`
+      }
+      await this.record(batch, contact, address, attemptId, outcome, detail)
+    })()
+      .catch(error => this.platform.logger.error('dialer attempt could not be recorded', { error, attemptId }))
+      .finally(() => this.inFlight.delete(attemptId))
+    this.inFlight.set(attemptId, run)
+  }
+
+  private async record(batch: BatchDoc, contact: ContactDoc, address: AddressDoc, attemptId: string, outcome: Outcome, detail: string | null) {
+    const endedAt = this.platform.clock.now()
+    const at = new Date(endedAt)
+    await this.deps.attempts.finish(attemptId, outcome, detail, at)
+    const next = afterOutcome((batch.rules ?? {}) as BatchRules, contact, address.address, outcome, endedAt)
+    const inc = { attempts: 1, [`addressAttempts.${addressKey(address.address)}`]: 1 }
+    const settled = await this.contacts.updateOne(
+      { _id: contact._id, state: 'in_progress', claimedBy: this.workerId },
+      {
+        $inc: inc,
+        $set: {
+          state: next.state,
+          nextAttemptAt: next.nextAttemptAt === null ? at : new Date(next.nextAttemptAt),
+          doneReason: next.doneReason,
+          lastOutcome: outcome,
+          lastSkipReason: null,
+          claimedBy: null,
+          claimedAt: null,
+          updatedAt: at,
+        },
+      },
+    )
+    // Cancelled, rescheduled or recontacted meanwhile: count the attempt, keep that decision.
+    if (settled.matchedCount === 0) await this.contacts.updateOne({ _id: contact._id }, { $inc: inc, $set: { lastOutcome: outcome, updatedAt: at } })
+  }
+
+  /** running -> completed once no contact is pending or in flight (exactly one caller logs it). */
+  private async completeIfDone(batch: BatchDoc): Promise<boolean> {
+    const left = await this.contacts.findOne({ batchId: batch._id, state: { $in: ['pending', 'in_progress'] } }, { projection: { _id: 1 } })
+    if (left) return false
+    // A started batch without any contact yet waits for its first load.
+    if (!(await this.contacts.findOne({ batchId: batch._id }, { projection: { _id: 1 } }))) return false
+    const at = new Date(this.platform.clock.now())
+    const moved = await this.batchDocs.findOneAndUpdate({ _id: batch._id, status: 'running' }, { $set: { status: 'completed', updatedAt: at } })
+    if (!moved) return false
+    await this.deps.log.append({
+      accountId: batch.accountId,
+      batchId: batch._id,
+      operation: 'completed',
+      actor: { id: 'system' },
+      details: { reason: 'nothing_left_to_dial' },
+    })
+    return true
+  }
+}
