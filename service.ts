@@ -64,12 +64,18 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   await keys.init()
 
   // Roles: `worker` runs the dialer's background workers and serves only /healthz and /metrics;
-  // `gateway` (and `engine`) serve the routes and leave the dialer's queues to workers; `all`
-  // does everything in one process.
+  // `engine` hosts assistant sessions for the gateways (over NATS) behind /healthz and /metrics;
+  // `gateway` serves the routes and leaves the dialer's queues to workers and the sessions to
+  // engine nodes; `all` does everything in one process (with NATS_URL it is also an engine node).
   const dialerWorkers = config.role === 'all' || config.role === 'worker'
-  const servesRoutes = config.role !== 'worker'
+  const servesRoutes = config.role !== 'worker' && config.role !== 'engine'
   const dialer = createDialer(platform, { idempotencyStore, workers: dialerWorkers })
-  const modules: ServiceModule[] = servesRoutes ? [dialer, createReports(platform), createEngine(platform)] : [dialer]
+  const cluster =
+    bus instanceof NatsBus && config.role !== 'worker'
+      ? { mode: config.role === 'engine' ? ('node' as const) : config.role === 'gateway' ? ('gateway' as const) : ('both' as const), nc: bus.connection, replicas: config.nats.streamReplicas }
+      : undefined
+  const engine = config.role === 'worker' ? undefined : createEngine(platform, { cluster })
+  const modules: ServiceModule[] = config.role === 'worker' ? [dialer] : config.role === 'engine' ? [engine!] : [dialer, createReports(platform), engine!]
   for (const module of modules) await module.start()
 
   const routes = servesRoutes ? modules.flatMap(m => m.routes) : []
@@ -86,7 +92,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
     publicDocuments: {
       '/healthz': async () => ({
         status: 200,
-        body: { status: 'ok', version: VERSION, role: config.role, store: store.kind, bus: bus instanceof NatsBus ? 'nats' : 'memory', modules: modules.map(m => m.name), dialerWorkers },
+        body: { status: 'ok', version: VERSION, role: config.role, store: store.kind, bus: bus instanceof NatsBus ? 'nats' : 'memory', modules: modules.map(m => m.name), dialerWorkers, ...(engine?.node ? { engineNode: engine.node.nodeId } : {}) },
       }),
       ...(servesRoutes ? { '/openapi.json': async () => ({ status: 200, body: openapi }) } : {}),
     },

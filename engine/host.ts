@@ -24,8 +24,9 @@ import {
   type ToolRunInput,
 } from './machine.js'
 import type { AssistantProvider } from './providers/types.js'
-import type { CreateSessionRequest, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
-import type { HistoryEntry, PendingTool } from './types.js'
+import { summarize } from './conversation.js'
+import type { CreateSessionRequest, SessionCommand, SessionTarget, Subscription, TransportEvent, TransportListener } from './transport.js'
+import type { ConversationMessage, HistoryEntry, PendingTool } from './types.js'
 
 export const SESSIONS = 'engine_sessions'
 export const SESSION_LOG = 'engine_session_log'
@@ -44,6 +45,8 @@ interface SessionDoc extends Doc {
   updatedAt: Date
   destroyedAt?: Date
   closeReason?: string
+  /** Fencing token of the engine node that owns the session (NATS mode): its lease's claim revision. */
+  fence?: number
 }
 
 interface LogDoc extends Doc {
@@ -85,6 +88,20 @@ export interface HostOptions {
   maxToolRounds?: number
   /** Default deadline of external tools without their own timeoutMs. */
   externalToolTimeoutMs?: number
+  /** Engine nodes over NATS: this node writes a session only while it holds the session's lease. */
+  leases?: SessionLeases
+  /** Every event of every session this host runs (the NATS engine node publishes them). */
+  publish?: (sessionId: string, event: TransportEvent) => void
+  /** A user message is acknowledged only once its history entry is written (survives a node's death). */
+  durableAcks?: boolean
+}
+
+/** Ownership of sessions across engine nodes; see engine/ownership.ts. */
+export interface SessionLeases {
+  /** The fencing token of this node's lease on the session, or undefined when it does not hold one. */
+  token(sessionId: string): number | undefined
+  /** The session left this node: `finished` (destroyed: the lease goes) or `dropped` (lease lost). */
+  unloaded(sessionId: string, why: 'finished' | 'dropped'): void
 }
 
 const notFound = (sessionId: string) => new ApiError(404, 'SESSION_NOT_FOUND', `Session ${sessionId} not found`)
@@ -186,6 +203,7 @@ export class SessionHost {
       deadlines: { idle: opening.context.idleDeadline, tools: [] },
       createdAt: new Date(at),
       updatedAt: new Date(at),
+      ...this.fenceOf(request.sessionId),
     })
     const actor = createActor(this.machine, { input: { context: opening.context } })
     const live = this.register(request.sessionId, request.accountId, crew, actor, [request.consumerId])
@@ -194,7 +212,10 @@ export class SessionHost {
       this.options.recorder.opened({ accountId: request.accountId, crewId: crew.id, sessionId: request.sessionId, agentId: input.agentId, startTime: at }),
     )
     for (const entry of opening.log) this.onLog(live, entry)
-    for (const event of opening.publish) listener({ kind: 'event', ...event })
+    for (const event of opening.publish) {
+      listener({ kind: 'event', ...event })
+      this.options.publish?.(request.sessionId, { kind: 'event', ...event })
+    }
     actor.start()
     this.afterEvent(live)
     return { unsubscribe: () => live.listeners.delete(listener) }
@@ -222,6 +243,7 @@ export class SessionHost {
     actor.on('log', ({ entry }) => this.onLog(live, entry))
     actor.on('publish', ({ event }) => {
       for (const listener of live.listeners) listener({ kind: 'event', ...event })
+      this.options.publish?.(id, { kind: 'event', ...event })
     })
     actor.subscribe({
       next: snapshot => {
@@ -250,6 +272,16 @@ export class SessionHost {
     return live
   }
 
+  /** Restores the session here if needed; 404 unless it lives and belongs to the account. */
+  async touch(target: SessionTarget): Promise<void> {
+    await this.obtain(target)
+  }
+
+  /** Is the session live on this node? */
+  hosts(sessionId: string): boolean {
+    return this.live.has(sessionId)
+  }
+
   async subscribe(target: SessionTarget, listener: TransportListener): Promise<Subscription> {
     const live = await this.obtain(target)
     live.listeners.add(listener)
@@ -274,6 +306,7 @@ export class SessionHost {
           throw new ApiError(400, 'UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
         }
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
+        if (this.options.durableAcks) await this.flushed(live)
         return { accepted: true, state: stateName(live.actor.getSnapshot()) }
       case 'admin.toolinject':
         return this.injectTool(live, command, at)
@@ -556,6 +589,12 @@ export class SessionHost {
   private async persist(live: LiveSession) {
     await new Promise(resolve => setImmediate(resolve))
     while (live.dirty) {
+      if (this.options.leases && !live.finished && this.options.leases.token(live.id) === undefined) {
+        // The lease is gone (not renewed in time, or taken over): another node may own the
+        // session now, so nothing more is written from here.
+        this.drop(live, 'lease lost')
+        return
+      }
       live.dirty = false
       const entries = live.pendingLog.splice(0)
       try {
@@ -575,8 +614,9 @@ export class SessionHost {
         }
         this.flushCounts(live)
         const context = snapshot.context
-        await this.sessions.updateOne(
-          { _id: live.id, state: { $ne: 'destroyed' } },
+        const fence = this.fenceOf(live.id)
+        const written = await this.sessions.updateOne(
+          { _id: live.id, state: { $ne: 'destroyed' }, ...fence },
           {
             $set: {
               state: snapshot.value === 'paused' ? 'paused' : 'active',
@@ -588,6 +628,10 @@ export class SessionHost {
             },
           },
         )
+        if (this.options.leases && written.matchedCount === 0 && !live.finished) {
+          this.drop(live, 'fenced: another node took the session over')
+          return
+        }
       } catch (error) {
         this.options.platform.logger.error('session persistence failed', { sessionId: live.id, error })
         live.pendingLog.unshift(...entries)
@@ -610,6 +654,7 @@ export class SessionHost {
     if (live.idleTimer) clearTimeout(live.idleTimer.timer)
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
     for (const listener of live.listeners) listener({ kind: 'closed', reason: context.closeReason ?? 'destroyed' })
+    this.options.publish?.(live.id, { kind: 'closed', reason: context.closeReason ?? 'destroyed' })
     live.listeners.clear()
     this.live.delete(live.id)
     this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
@@ -622,7 +667,9 @@ export class SessionHost {
         { $set: { state: 'destroyed', snapshot: null, destroyedAt: new Date(this.now), closeReason: context.closeReason ?? 'destroyed' } },
       )
       await this.log.deleteMany({ sessionId: live.id })
-    })().catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
+    })()
+      .catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
+      .finally(() => this.options.leases?.unloaded(live.id, 'finished'))
     const cleanup = live.cleanup
     this.cleanups.add(cleanup)
     void cleanup.finally(() => this.cleanups.delete(cleanup))
@@ -698,19 +745,71 @@ export class SessionHost {
 
   private async load(sessionId: string): Promise<LiveSession | null> {
     if (this.stopped) return null
+    if (this.options.leases) {
+      // Fencing: the session's document takes this node's token; a node holding an older token
+      // can no longer write its snapshot (its conditional update matches nothing).
+      const token = this.options.leases.token(sessionId)
+      if (token === undefined) return null
+      const fenced = await this.sessions.updateOne(
+        { _id: sessionId, state: { $in: ['active', 'paused'] }, $or: [{ fence: { $exists: false } }, { fence: { $lte: token } }] },
+        { $set: { fence: token } },
+      )
+      if (fenced.matchedCount === 0) return null
+    }
     const doc = await this.sessions.findOne({ _id: sessionId, state: { $in: ['active', 'paused'] } })
     if (!doc || !doc.snapshot) return null
     const crew = this.options.crews.get(doc.crewId)
     if (!crew) return null
-    const [last] = await this.log.find({ sessionId }, { sort: { seq: -1 }, limit: 1 })
     const persisted = JSON.parse(doc.snapshot)
+    // Entries written after the snapshot (the snapshot waits for the end of a reply): user
+    // messages among them were acknowledged, so they go back into the conversation.
+    const after = await this.log.find({ sessionId, seq: { $gt: persisted.context.seq } }, { sort: { seq: 1 } })
+    const orphans = after.map(d => JSON.parse(d.entry) as HistoryEntry).filter(e => e.type === 'message.user')
+    if (orphans.length) {
+      const context = persisted.context as SessionContext
+      const messages: ConversationMessage[] = [
+        ...context.messages,
+        ...orphans.map(e => ({ id: `m${e.seq}`, author: 'user' as const, text: String(e.text), source: 'user' as const, at: e.at })),
+      ]
+      Object.assign(context, { messages, summary: summarize(messages, context.agentId), replyOwed: true })
+    }
     const actor = createActor(this.machine, { snapshot: persisted, input: { context: persisted.context } })
     const live = this.register(sessionId, doc.accountId, crew, actor, doc.consumers)
     actor.start()
-    const event: SessionEvent = { type: 'session.restored', logPosition: Math.max(doc.logPosition, last?.seq ?? 0), at: this.now }
+    const lastSeq = after.at(-1)?.seq ?? 0
+    const event: SessionEvent = { type: 'session.restored', logPosition: Math.max(doc.logPosition, lastSeq), at: this.now }
     if (actor.getSnapshot().can(event)) actor.send(event)
+    // A restored idle session that owes a reply starts it (as a system attend).
+    const attend: SessionEvent = { type: 'admin.attend', userId: 'system:restore', at: this.now }
+    if (orphans.length && actor.getSnapshot().matches({ active: 'idle' }) && actor.getSnapshot().can(attend)) actor.send(attend)
     this.afterEvent(live)
     return live
+  }
+
+  private fenceOf(sessionId: string): { fence?: number } {
+    const token = this.options.leases?.token(sessionId)
+    return token === undefined ? {} : { fence: token }
+  }
+
+  /** Lets go of a session without touching the store: another node owns it now. */
+  private drop(live: LiveSession, why: string) {
+    if (live.finished) return
+    this.options.platform.logger.warn('session dropped from this node', { sessionId: live.id, why })
+    live.finished = true
+    if (live.idleTimer) clearTimeout(live.idleTimer.timer)
+    for (const timer of live.toolTimers.values()) clearTimeout(timer)
+    live.listeners.clear()
+    live.pendingLog = []
+    live.actor.stop()
+    if (this.live.get(live.id) === live) this.live.delete(live.id)
+    this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
+    this.options.leases?.unloaded(live.id, 'dropped')
+  }
+
+  /** Drops a session whose lease this node lost (called by the ownership renewal). */
+  dropSession(sessionId: string, why: string) {
+    const live = this.live.get(sessionId)
+    if (live) this.drop(live, why)
   }
 
   /** Stops actors without destroying sessions: they stay persisted for a restore. */

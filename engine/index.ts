@@ -1,5 +1,6 @@
 // The engine module: assistant sessions as XState actors behind a session transport, the SSE
 // channel and live administration.
+import { ApiError } from '../gateway/errors.js'
 import type { ServiceModule } from '../gateway/routes.js'
 import type { Platform } from '../platform/index.js'
 import { SessionRecorder } from '../reports/index.js'
@@ -12,6 +13,9 @@ import type { AssistantProvider } from './providers/types.js'
 import { adminRoutes } from './routes/admin.js'
 import { channelRoutes, listenPath } from './routes/channel.js'
 import { InProcessTransport, type SessionTransport } from './transport.js'
+import { EngineNode, NatsSessionTransport } from './nats-transport.js'
+import { NodeDirectory, Ownership } from './ownership.js'
+import type { NatsConnection } from '@nats-io/transport-node'
 
 export { CrewConfigError, loadCrews, parseCrews } from './crews.js'
 export type { SessionTransport } from './transport.js'
@@ -19,17 +23,28 @@ export type { SessionTransport } from './transport.js'
 export interface EngineOptions {
   crews?: CrewCatalog
   providers?: Record<string, AssistantProvider>
+  /**
+   * Engine nodes over NATS (unset: everything in process). `node` hosts sessions for the
+   * gateways and serves no routes; `gateway` serves the routes and reaches sessions on engine
+   * nodes; `both` does both (ROLE=all with NATS_URL).
+   */
+  cluster?: { mode: 'node' | 'gateway' | 'both'; nc: NatsConnection; replicas?: number }
 }
 
 export interface Engine extends ServiceModule {
-  readonly host: SessionHost
+  /** The actors of this process (absent on a pure gateway). */
+  readonly host: SessionHost | undefined
   readonly hub: ChannelHub
   readonly transport: SessionTransport
+  /** This process as an engine node over NATS (ROLE=engine, or all with NATS_URL). */
+  readonly node: EngineNode | undefined
 }
 
 export function createEngine(platform: Platform, options: EngineOptions = {}): Engine {
   const { config } = platform
   const crews = options.crews ?? loadCrews(config.crewsFile)
+  const cluster = options.cluster
+  if (cluster) return createClusteredEngine(platform, crews, cluster, options)
   const host = new SessionHost({
     platform,
     crews,
@@ -56,6 +71,7 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
     host,
     hub,
     transport,
+    node: undefined,
     routes: [...channelRoutes(hub, transport), ...adminRoutes(transport)],
     start: () => host.init(),
     async stop() {
@@ -64,4 +80,82 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
       await host.stop()
     },
   }
+}
+
+function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: NonNullable<EngineOptions['cluster']>, options: EngineOptions): Engine {
+  const { config, logger } = platform
+  const timing = { heartbeatMs: config.engine.heartbeatMs, renewMs: config.engine.leaseRenewMs }
+  const hosting = cluster.mode !== 'gateway'
+  const serving = cluster.mode !== 'node'
+  const node = hosting ? new EngineNode(cluster.nc, logger.child({ engine: 'node' })) : undefined
+  let ownership: Ownership | undefined
+  let directory: NodeDirectory | undefined
+  // The host asks the ownership for leases; both exist once start() opened the buckets.
+  const leases = {
+    token: (sessionId: string) => ownership?.token(sessionId),
+    unloaded: (sessionId: string, why: 'finished' | 'dropped') => ownership?.unloaded(sessionId, why),
+  }
+  const host = node
+    ? new SessionHost({
+        platform,
+        crews,
+        recorder: new SessionRecorder(platform.store),
+        providers: { scripted: new ScriptedProvider(), openai: new OpenAiProvider(), ...options.providers },
+        idleTimeoutMs: config.engine.sessionIdleTimeoutMs,
+        externalToolTimeoutMs: config.engine.externalToolTimeoutMs,
+        leases,
+        publish: node.publish,
+        durableAcks: true,
+      })
+    : undefined
+  // The gateway side is wired lazily: the directory opens in start().
+  let remote: NatsSessionTransport | undefined
+  const transport: SessionTransport = {
+    create: (request, listener) => ready(remote).create(request, listener),
+    command: (target, command) => ready(remote).command(target, command),
+    subscribe: (target, listener) => ready(remote).subscribe(target, listener),
+  }
+  const hub = new ChannelHub(
+    transport,
+    {
+      heartbeatMs: config.channel.heartbeatMs,
+      replayBufferEvents: config.channel.replayBufferEvents,
+      consumerRetentionMs: config.channel.consumerRetentionMs,
+      maxConsumersPerSession: config.channel.maxConsumersPerSession,
+      listenPath,
+    },
+    platform.metrics,
+    logger,
+  )
+  return {
+    name: 'engine',
+    host,
+    hub,
+    transport,
+    node,
+    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport)] : [],
+    async start() {
+      directory = await NodeDirectory.open(cluster.nc, timing, cluster.replicas)
+      if (serving) remote = new NatsSessionTransport(cluster.nc, directory, { timeoutMs: config.engine.requestTimeoutMs, logger })
+      if (node && host) {
+        await host.init()
+        ownership = await Ownership.open(cluster.nc, { nodeId: node.nodeId, timing, replicas: cluster.replicas, load: () => host.liveCount(), logger, directory })
+        node.attach(host, ownership)
+        await node.start()
+        logger.info('engine node started', { node: node.nodeId })
+      }
+    },
+    async stop() {
+      hub.shutdown()
+      node?.stopIntake()
+      await host?.stop()
+      if (ownership) await ownership.stop()
+      else directory?.stop()
+    },
+  }
+}
+
+function ready<T>(value: T | undefined): T {
+  if (!value) throw new ApiError(503, 'ENGINE_UNAVAILABLE', 'The engine is not started yet', {}, { 'Retry-After': '1' })
+  return value
 }

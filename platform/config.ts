@@ -52,6 +52,12 @@ export interface Config {
     sessionIdleTimeoutMs: number
     /** Deadline of an external tool call that sets no timeoutMs of its own. */
     externalToolTimeoutMs: number
+    /** Engine nodes over NATS: node heartbeat period (a node is dead after 3 missed beats). */
+    heartbeatMs: number
+    /** Engine nodes over NATS: session lease renewal period (a lease lapses after 3 missed renewals). */
+    leaseRenewMs: number
+    /** Gateways over NATS: how long a command waits for the engine node's answer. */
+    requestTimeoutMs: number
   }
   crewsFile: string
   reportsFile: string
@@ -110,6 +116,9 @@ export function loadConfig(env: Env = process.env): Config {
   if ((role === 'gateway' || role === 'worker') && (!natsUrl || !mongoUrl)) {
     throw new ConfigError(`ROLE=${role} needs NATS_URL and MONGO_URL: gateways and workers share work through NATS and state through MongoDB`)
   }
+  if (role === 'engine' && (!natsUrl || !mongoUrl)) {
+    throw new ConfigError('ROLE=engine needs NATS_URL and MONGO_URL: engine nodes take commands over NATS and keep sessions in MongoDB')
+  }
   if ((mongoUrl || env.NATS_URL) && signingSecret.length > 0 && signingSecret.length < 32) {
     throw new ConfigError('UPLOAD_SIGNING_SECRET must be at least 32 characters')
   }
@@ -154,6 +163,9 @@ export function loadConfig(env: Env = process.env): Config {
     engine: {
       sessionIdleTimeoutMs: int(env, 'SESSION_IDLE_TIMEOUT_MS', 30 * 60_000, 100),
       externalToolTimeoutMs: int(env, 'EXTERNAL_TOOL_TIMEOUT_MS', 120_000, 10),
+      heartbeatMs: int(env, 'ENGINE_HEARTBEAT_MS', 1000, 50),
+      leaseRenewMs: int(env, 'ENGINE_LEASE_RENEW_MS', 2000, 50),
+      requestTimeoutMs: int(env, 'ENGINE_REQUEST_TIMEOUT_MS', 15_000, 100),
     },
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',

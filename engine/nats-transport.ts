@@ -1,0 +1,325 @@
+// The session transport over NATS (engine nodes linked over NATS). Protocol (docs/deploy.md,
+// "Engine nodes over NATS"), every payload JSON:
+//
+//   sb.engine.<node>.create   gateway -> chosen node (least loaded)     {request}           -> Reply
+//   sb.engine.create          same, queue group `engines` (no node known yet)
+//   sb.session.<id>.cmd       gateway -> the owner (only it subscribes) {target, command?}  -> Reply
+//   sb.engine.<node>.claim    gateway -> a node, when the session has no live owner: the node
+//                             claims the lease, restores the session from the store, runs it
+//   sb.engine.<node>.ping     liveness probe between nodes             ''                  -> {node, live}
+//   sb.session.<id>.events    owner -> gateways holding streams: TransportEvent
+//
+//   Reply = {ok: true, result} | {ok: false, error: {status, code, message, extra}} | {ok: false, redirect: <node>}
+//
+// `command` absent = only check that the session exists for the account (subscribe). A request
+// that finds no responder on `sb.session.<id>.cmd` was delivered to nobody, so the gateway may
+// send it to a node's claim subject instead: that is how a session moves off a dead node.
+import { randomUUID } from 'node:crypto'
+import { NoRespondersError, RequestError, TimeoutError, type Msg, type NatsConnection, type Subscription as NatsSubscription } from '@nats-io/transport-node'
+import { ApiError } from '../gateway/errors.js'
+import type { Logger } from '../platform/logger.js'
+import type { SessionHost } from './host.js'
+import { NodeDirectory, nodeSubject, Ownership } from './ownership.js'
+import type {
+  CreateSessionRequest,
+  SessionCommand,
+  SessionTarget,
+  SessionTransport,
+  Subscription,
+  TransportEvent,
+  TransportListener,
+} from './transport.js'
+
+export const commandSubject = (sessionId: string) => `sb.session.${sessionId}.cmd`
+export const eventsSubject = (sessionId: string) => `sb.session.${sessionId}.events`
+export const CREATE_ANY = 'sb.engine.create'
+const QUEUE = 'engines'
+
+interface WireError {
+  status: number
+  code: string
+  message: string
+  extra?: Record<string, unknown>
+}
+type Reply = { ok: true; result?: unknown } | { ok: false; error?: WireError; redirect?: string }
+interface SessionRequest {
+  target: SessionTarget
+  command?: SessionCommand
+}
+
+export function isNoResponders(error: unknown): boolean {
+  if (error instanceof NoRespondersError) return true
+  if (error instanceof RequestError) return error.isNoResponders()
+  return error instanceof Error && error.cause instanceof NoRespondersError
+}
+
+const isTimeout = (error: unknown) => error instanceof TimeoutError || (error instanceof Error && error.cause instanceof TimeoutError)
+
+function toWire(error: unknown): WireError {
+  if (error instanceof ApiError) return { status: error.status, code: error.code, message: error.message, extra: error.extra }
+  return { status: 500, code: 'INTERNAL', message: 'Unexpected engine error' }
+}
+
+const fromWire = (error: WireError) => new ApiError(error.status, error.code, error.message, error.extra ?? {})
+const engineUnavailable = () => new ApiError(503, 'ENGINE_UNAVAILABLE', 'No engine node is available; retry shortly', {}, { 'Retry-After': '1' })
+
+/** Gateway side: routes and the hub reach sessions on engine nodes through this. */
+export class NatsSessionTransport implements SessionTransport {
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly directory: NodeDirectory,
+    private readonly options: { timeoutMs: number; logger: Logger },
+  ) {}
+
+  private async request(subject: string, payload: unknown): Promise<Reply> {
+    const msg = await this.nc.request(subject, JSON.stringify(payload), { timeout: this.options.timeoutMs })
+    return msg.json<Reply>()
+  }
+
+  private listen(sessionId: string, listener: TransportListener): NatsSubscription {
+    return this.nc.subscribe(eventsSubject(sessionId), {
+      callback: (error, msg) => {
+        if (error) return
+        try {
+          listener(msg.json<TransportEvent>())
+        } catch (failure) {
+          this.options.logger.warn('bad session event', { sessionId, error: failure })
+        }
+      },
+    })
+  }
+
+  async create(request: CreateSessionRequest, listener: TransportListener): Promise<Subscription> {
+    // Subscribed (and known to the server) before the node can publish the first event.
+    const sub = this.listen(request.sessionId, listener)
+    try {
+      await this.nc.flush()
+      const tried = new Set<string>()
+      for (let attempt = 0; attempt < 4; attempt++) {
+        const node = this.directory.leastLoaded(tried)
+        let reply: Reply
+        try {
+          reply = await this.request(node ? nodeSubject(node, 'create') : CREATE_ANY, { request })
+        } catch (error) {
+          if (isNoResponders(error)) {
+            if (!node) throw engineUnavailable()
+            tried.add(node)
+            this.directory.forget(node)
+            continue
+          }
+          throw this.failure(error)
+        }
+        if (node) this.directory.notePlaced(node)
+        this.unwrap(reply)
+        return { unsubscribe: () => sub.unsubscribe() }
+      }
+      throw engineUnavailable()
+    } catch (error) {
+      sub.unsubscribe()
+      throw error
+    }
+  }
+
+  command(target: SessionTarget, command: SessionCommand): Promise<unknown> {
+    return this.send({ target, command })
+  }
+
+  async subscribe(target: SessionTarget, listener: TransportListener): Promise<Subscription> {
+    const sub = this.listen(target.sessionId, listener)
+    try {
+      await this.nc.flush()
+      await this.send({ target }) // 404 unless it exists for this account; restores it if needed
+      return { unsubscribe: () => sub.unsubscribe() }
+    } catch (error) {
+      sub.unsubscribe()
+      throw error
+    }
+  }
+
+  /** To the owner; when there is none (no responder), to a node that claims the session. */
+  private async send(payload: SessionRequest): Promise<unknown> {
+    const { sessionId } = payload.target
+    try {
+      const reply = await this.request(commandSubject(sessionId), payload)
+      if (reply.ok || reply.error?.code !== 'NOT_OWNER') return this.unwrap(reply)
+    } catch (error) {
+      if (!isNoResponders(error)) throw this.failure(error)
+    }
+    const tried = new Set<string>()
+    let node = this.directory.leastLoaded()
+    for (let attempt = 0; attempt < 4 && node; attempt++) {
+      let reply: Reply
+      try {
+        reply = await this.request(nodeSubject(node, 'claim'), payload)
+      } catch (error) {
+        if (!isNoResponders(error)) throw this.failure(error)
+        tried.add(node)
+        this.directory.forget(node)
+        node = this.directory.leastLoaded(tried)
+        continue
+      }
+      if (!reply.ok && reply.redirect) {
+        // The owner lives (it just lost or never loaded the actor): it restores the session itself.
+        node = reply.redirect
+        continue
+      }
+      return this.unwrap(reply)
+    }
+    throw engineUnavailable()
+  }
+
+  private unwrap(reply: Reply): unknown {
+    if (reply.ok) return reply.result
+    if (reply.error) throw fromWire(reply.error)
+    throw engineUnavailable()
+  }
+
+  private failure(error: unknown) {
+    if (error instanceof ApiError) return error
+    if (isTimeout(error)) return new ApiError(504, 'ENGINE_TIMEOUT', 'The engine node did not answer in time; the command may or may not have been applied')
+    this.options.logger.warn('engine request failed', { error })
+    return engineUnavailable()
+  }
+}
+
+/** Engine side: hosts sessions for the gateways, owns them through the leases. */
+export class EngineNode {
+  readonly nodeId = randomUUID()
+  private readonly subs: NatsSubscription[] = []
+  private readonly sessionSubs = new Map<string, NatsSubscription>()
+  private readonly claiming = new Map<string, Promise<Redirect | undefined>>()
+  private host!: SessionHost
+  ownership!: Ownership
+
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly logger: Logger,
+  ) {}
+
+  /** The host's publish hook: every event of every session hosted here goes out. */
+  readonly publish = (sessionId: string, event: TransportEvent) => {
+    try {
+      this.nc.publish(eventsSubject(sessionId), JSON.stringify(event))
+    } catch (error) {
+      this.logger.warn('session event not published', { sessionId, error })
+    }
+  }
+
+  attach(host: SessionHost, ownership: Ownership) {
+    this.host = host
+    this.ownership = ownership
+    ownership.onLost = sessionId => host.dropSession(sessionId, 'lease lost')
+    ownership.onUnloaded = sessionId => {
+      this.sessionSubs.get(sessionId)?.unsubscribe()
+      this.sessionSubs.delete(sessionId)
+    }
+  }
+
+  async start() {
+    const serve = (subject: string, handle: (msg: Msg) => Promise<unknown>, queue?: string) => {
+      this.subs.push(this.nc.subscribe(subject, { queue, callback: (error, msg) => {
+      if (!error) void this.answer(msg, handle)
+    } }))
+    }
+    const create = (msg: Msg) => this.create(msg.json<{ request: CreateSessionRequest }>().request)
+    serve(nodeSubject(this.nodeId, 'create'), create)
+    serve(CREATE_ANY, create, QUEUE)
+    serve(nodeSubject(this.nodeId, 'claim'), msg => this.run(msg.json<SessionRequest>(), true))
+    serve(nodeSubject(this.nodeId, 'ping'), async () => ({ node: this.nodeId, live: this.host.liveCount() }))
+    await this.nc.flush()
+    await this.ownership.start()
+  }
+
+  private async answer(msg: Msg, handle: (msg: Msg) => Promise<unknown>) {
+    let reply: Reply
+    try {
+      const result = await handle(msg)
+      reply = result instanceof Redirect ? { ok: false, redirect: result.node } : { ok: true, result }
+    } catch (error) {
+      if (!(error instanceof ApiError)) this.logger.error('engine request failed', { subject: msg.subject, error })
+      reply = { ok: false, error: toWire(error) }
+    }
+    try {
+      msg.respond(JSON.stringify(reply))
+    } catch (error) {
+      this.logger.warn('engine reply not sent', { subject: msg.subject, error })
+    }
+  }
+
+  private async create(request: CreateSessionRequest) {
+    const claim = await this.ownership.claim(request.sessionId)
+    if ('owner' in claim) throw new ApiError(409, 'SESSION_EXISTS', `Session ${request.sessionId} already exists`)
+    try {
+      await this.host.create(request, () => {})
+    } catch (error) {
+      await this.ownership.release(request.sessionId)
+      throw error
+    }
+    this.listenSession(request.sessionId)
+    return {}
+  }
+
+  /** Runs a session request here; with `claim`, first takes the session if nobody live owns it. */
+  private async run(request: SessionRequest, claim: boolean): Promise<unknown> {
+    const { target, command } = request
+    if (!this.host.hosts(target.sessionId) || this.ownership.token(target.sessionId) === undefined) {
+      if (!claim) throw new ApiError(503, 'NOT_OWNER', `Session ${target.sessionId} is not hosted by this node`)
+      const redirect = await this.take(target)
+      if (redirect) return redirect
+    }
+    if (!command) {
+      await this.host.touch(target)
+      return {}
+    }
+    return this.host.command(target, command)
+  }
+
+  /** Claims and restores one session (one attempt at a time per session on this node). */
+  private take(target: SessionTarget): Promise<Redirect | undefined> {
+    const { sessionId } = target
+    let pending = this.claiming.get(sessionId)
+    if (pending === undefined) {
+      pending = (async () => {
+        // Live here but its lease lapsed (NATS was unreachable): restore it under a fresh token.
+        if (this.host.hosts(sessionId)) this.host.dropSession(sessionId, 'lease lapsed; claiming again')
+        const claim = await this.ownership.claim(sessionId)
+        if ('owner' in claim) return new Redirect(claim.owner)
+        try {
+          await this.host.touch(target)
+        } catch (error) {
+          if (!this.host.hosts(sessionId)) {
+            await this.ownership.release(sessionId) // not found: nothing to own
+            throw error
+          }
+          this.listenSession(sessionId) // restored, but another account's: still ours
+          throw error
+        }
+        this.listenSession(sessionId)
+        return undefined
+      })().finally(() => this.claiming.delete(sessionId))
+      this.claiming.set(sessionId, pending)
+    }
+    return pending
+  }
+
+  private listenSession(sessionId: string) {
+    if (this.sessionSubs.has(sessionId) || !this.host.hosts(sessionId)) return
+    const sub = this.nc.subscribe(commandSubject(sessionId), {
+      callback: (error, msg) => {
+        if (!error) void this.answer(msg, m => this.run(m.json<SessionRequest>(), false))
+      },
+    })
+    this.sessionSubs.set(sessionId, sub)
+  }
+
+  /** Stops taking requests (the host is stopped next, then the leases are released). */
+  stopIntake() {
+    for (const sub of [...this.subs, ...this.sessionSubs.values()]) sub.unsubscribe()
+    this.subs.length = 0
+    this.sessionSubs.clear()
+  }
+}
+
+class Redirect {
+  constructor(readonly node: string) {}
+}

@@ -1,0 +1,310 @@
+// Engine nodes over NATS: which node is alive (and how loaded), and which node owns which
+// session. Both live in JetStream KV buckets.
+//
+//   sb_engine_nodes    key <nodeId> -> {node, live, at}: each engine node puts its entry every
+//                      ENGINE_HEARTBEAT_MS; a node not heard from for 3 heartbeats counts as
+//                      dead. Gateways and nodes watch the bucket (placement: least `live`).
+//   sb_session_owners  key <sessionId> -> {node, at}: the session's lease. Claimed with
+//                      create() (no owner yet) or, when the owner is dead, with update() against
+//                      the revision that named the dead owner; renewed by update(key, value,
+//                      revision) every ENGINE_LEASE_RENEW_MS; deleted (at its revision) when the
+//                      session is destroyed or the node stops.
+//
+// The revision returned by the claim is the lease's fencing token. JetStream revisions only
+// grow, so a later owner always has a larger token. The host writes the token into the
+// session's document when it restores the session and makes its snapshot writes conditional on
+// it, so a node that lost its lease (paused, partitioned) can no longer overwrite the new
+// owner's state; the node also stops writing once its lease was not renewed within
+// 3 renew periods, and drops the actor when a renewal's compare-and-set fails.
+import { type NatsConnection, type QueuedIterator } from '@nats-io/transport-node'
+import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream'
+import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv'
+import type { Logger } from '../platform/logger.js'
+import type { SessionLeases } from './host.js'
+
+export const NODES_BUCKET = 'sb_engine_nodes'
+export const OWNERS_BUCKET = 'sb_session_owners'
+export const nodeSubject = (nodeId: string, verb: 'create' | 'claim' | 'ping') => `sb.engine.${nodeId}.${verb}`
+
+export interface NodeInfo {
+  node: string
+  /** Sessions live on the node. */
+  live: number
+  at: number
+}
+
+interface Lease {
+  /** Revision of the claim: the fencing token. */
+  token: number
+  /** Current revision of the owner entry (compare-and-set base of the next renewal). */
+  revision: number
+  renewedAt: number
+}
+
+export interface ClusterTiming {
+  /** Node heartbeat period; a node is dead after 3 missed heartbeats. */
+  heartbeatMs: number
+  /** Session lease renewal period; a lease not renewed within 3 periods is not used any more. */
+  renewMs: number
+}
+
+async function openBucket(nc: NatsConnection, name: string, replicas: number, ttl?: number): Promise<KV> {
+  const kvm = new Kvm(nc)
+  return kvm.create(name, { history: 1, replicas, ...(ttl ? { ttl } : {}) })
+}
+
+const isCasFailure = (error: unknown) =>
+  error instanceof JetStreamApiError &&
+  (error.code === JetStreamApiCodes.StreamWrongLastSequence || error.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
+
+/** The live engine nodes as seen through the nodes bucket (gateways and nodes). */
+export class NodeDirectory {
+  private readonly nodes = new Map<string, NodeInfo & { seenAt: number }>()
+  /** Sessions placed on a node since its last heartbeat (spreads a burst of creates). */
+  private readonly placed = new Map<string, number>()
+  private watcher?: QueuedIterator<KvWatchEntry>
+
+  private constructor(readonly bucket: KV, private readonly timing: ClusterTiming) {}
+
+  static async open(nc: NatsConnection, timing: ClusterTiming, replicas = 1): Promise<NodeDirectory> {
+    // Entries of nodes gone for good age out of the bucket.
+    const bucket = await openBucket(nc, NODES_BUCKET, replicas, Math.max(60_000, timing.heartbeatMs * 10))
+    const directory = new NodeDirectory(bucket, timing)
+    directory.watcher = await bucket.watch()
+    void directory.follow()
+    return directory
+  }
+
+  private async follow() {
+    for await (const entry of this.watcher!) {
+      if (entry.operation !== 'PUT') {
+        this.nodes.delete(entry.key)
+        continue
+      }
+      try {
+        const info = entry.json<NodeInfo>()
+        // Initial values carry their age; live updates are seen now.
+        const seenAt = Math.min(Date.now(), entry.created.getTime())
+        this.nodes.set(entry.key, { ...info, seenAt: entry.isUpdate === false ? seenAt : Date.now() })
+        this.placed.delete(entry.key)
+      } catch {
+        // not ours
+      }
+    }
+  }
+
+  isLive(nodeId: string) {
+    const node = this.nodes.get(nodeId)
+    return !!node && Date.now() - node.seenAt < this.timing.heartbeatMs * 3
+  }
+
+  live(): NodeInfo[] {
+    return [...this.nodes.values()].filter(n => this.isLive(n.node))
+  }
+
+  /** The live node with the fewest sessions (ties: random), or undefined. */
+  leastLoaded(exclude: ReadonlySet<string> = new Set()): string | undefined {
+    let best: string | undefined
+    let bestLoad = Infinity
+    let ties = 0
+    for (const node of this.live()) {
+      if (exclude.has(node.node)) continue
+      const load = node.live + (this.placed.get(node.node) ?? 0)
+      if (load < bestLoad) {
+        best = node.node
+        bestLoad = load
+        ties = 1
+      } else if (load === bestLoad && Math.random() < 1 / ++ties) {
+        best = node.node
+      }
+    }
+    return best
+  }
+
+  notePlaced(nodeId: string) {
+    this.placed.set(nodeId, (this.placed.get(nodeId) ?? 0) + 1)
+  }
+
+  forget(nodeId: string) {
+    this.nodes.delete(nodeId)
+  }
+
+  stop() {
+    this.watcher?.stop()
+  }
+}
+
+/** This engine node's heartbeat and its session leases. */
+export class Ownership implements SessionLeases {
+  private readonly leases = new Map<string, Lease>()
+  private heartbeat?: NodeJS.Timeout
+  private renewal?: NodeJS.Timeout
+  private renewing = false
+  private stopped = false
+  /** Called when a lease was lost (a renewal's compare-and-set failed): drop the actor. */
+  onLost: (sessionId: string) => void = () => {}
+  /** Called when a session left the host: unsubscribe its command subject. */
+  onUnloaded: (sessionId: string) => void = () => {}
+
+  private constructor(
+    private readonly nc: NatsConnection,
+    readonly nodeId: string,
+    readonly owners: KV,
+    readonly directory: NodeDirectory,
+    private readonly timing: ClusterTiming,
+    private readonly load: () => number,
+    private readonly logger: Logger,
+  ) {}
+
+  static async open(
+    nc: NatsConnection,
+    options: { nodeId: string; timing: ClusterTiming; replicas?: number; load: () => number; logger: Logger; directory?: NodeDirectory },
+  ): Promise<Ownership> {
+    const owners = await openBucket(nc, OWNERS_BUCKET, options.replicas ?? 1)
+    const directory = options.directory ?? (await NodeDirectory.open(nc, options.timing, options.replicas ?? 1))
+    return new Ownership(nc, options.nodeId, owners, directory, options.timing, options.load, options.logger)
+  }
+
+  /** Starts announcing this node (call once its subjects are subscribed). */
+  async start() {
+    await this.beat()
+    this.heartbeat = setInterval(() => void this.beat(), this.timing.heartbeatMs)
+    this.heartbeat.unref()
+    this.renewal = setInterval(() => void this.renewAll(), this.timing.renewMs)
+    this.renewal.unref()
+  }
+
+  private async beat() {
+    if (this.stopped) return
+    try {
+      const info: NodeInfo = { node: this.nodeId, live: this.load(), at: Date.now() }
+      await this.directory.bucket.put(this.nodeId, JSON.stringify(info))
+    } catch (error) {
+      this.logger.warn('engine heartbeat failed', { error })
+    }
+  }
+
+  held(): number {
+    return this.leases.size
+  }
+
+  // ------------------------------------------------------------ SessionLeases (for the host)
+
+  token(sessionId: string): number | undefined {
+    const lease = this.leases.get(sessionId)
+    if (!lease || Date.now() - lease.renewedAt >= this.timing.renewMs * 3) return undefined
+    return lease.token
+  }
+
+  unloaded(sessionId: string, why: 'finished' | 'dropped') {
+    this.onUnloaded(sessionId)
+    if (why === 'finished') void this.release(sessionId)
+    else this.leases.delete(sessionId)
+  }
+
+  // ------------------------------------------------------------ claims
+
+  /**
+   * Takes the session's lease: when nobody owns it, when this node already does, or when its
+   * owner is dead. Answers the owner when it is another live node.
+   */
+  async claim(sessionId: string): Promise<{ token: number } | { owner: string }> {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const value = JSON.stringify({ node: this.nodeId, at: Date.now() })
+      const entry = await this.owners.get(sessionId)
+      try {
+        let revision: number
+        if (!entry || entry.operation !== 'PUT') {
+          revision = await this.owners.create(sessionId, value)
+        } else {
+          const owner = entry.json<{ node: string }>().node
+          if (owner !== this.nodeId && (await this.alive(owner))) return { owner }
+          if (owner !== this.nodeId) this.logger.info('taking over a session of a dead engine node', { sessionId, from: owner })
+          revision = await this.owners.update(sessionId, value, entry.revision)
+        }
+        this.leases.set(sessionId, { token: revision, revision, renewedAt: Date.now() })
+        return { token: revision }
+      } catch (error) {
+        if (!isCasFailure(error)) throw error
+        // Somebody else wrote the entry in between: look again.
+      }
+    }
+    throw new Error(`could not claim session ${sessionId}: contended`)
+  }
+
+  /** Alive = heard from recently and still subscribed (a killed process has no subscriptions). */
+  private async alive(nodeId: string): Promise<boolean> {
+    if (!this.directory.isLive(nodeId)) return false
+    try {
+      await this.nc.request(nodeSubject(nodeId, 'ping'), '', { timeout: 1000 })
+      return true
+    } catch (error) {
+      if (error instanceof Error && (error.name === 'NoRespondersError' || (error.cause as Error | undefined)?.name === 'NoRespondersError')) {
+        this.directory.forget(nodeId)
+        return false
+      }
+      return true // slow is not dead
+    }
+  }
+
+  /** Deletes the owner entry if it is still this node's (destroyed session, node stopping). */
+  async release(sessionId: string) {
+    const lease = this.leases.get(sessionId)
+    if (!lease) return
+    this.leases.delete(sessionId)
+    try {
+      await this.owners.delete(sessionId, { previousSeq: lease.revision })
+    } catch (error) {
+      if (!isCasFailure(error)) this.logger.warn('lease release failed', { sessionId, error })
+    }
+  }
+
+  private async renewAll() {
+    if (this.renewing || this.stopped) return
+    this.renewing = true
+    try {
+      const ids = [...this.leases.keys()]
+      for (let i = 0; i < ids.length; i += 64) {
+        await Promise.all(ids.slice(i, i + 64).map(id => this.renew(id)))
+      }
+    } finally {
+      this.renewing = false
+    }
+  }
+
+  private async renew(sessionId: string) {
+    const lease = this.leases.get(sessionId)
+    if (!lease) return
+    try {
+      const revision = await this.owners.update(sessionId, JSON.stringify({ node: this.nodeId, at: Date.now() }), lease.revision)
+      if (this.leases.get(sessionId) === lease) {
+        lease.revision = revision
+        lease.renewedAt = Date.now()
+      }
+    } catch (error) {
+      if (isCasFailure(error)) {
+        if (this.leases.get(sessionId) !== lease) return
+        this.leases.delete(sessionId)
+        this.logger.warn('session lease lost: another node owns it now', { sessionId })
+        this.onLost(sessionId)
+      } else {
+        // Disconnected: try again next period; the lease stops counting after 3 periods.
+        this.logger.debug('lease renewal failed', { sessionId, error })
+      }
+    }
+  }
+
+  /** Stops the heartbeat, releases every lease and removes this node from the directory. */
+  async stop() {
+    this.stopped = true
+    clearInterval(this.heartbeat)
+    clearInterval(this.renewal)
+    await Promise.all([...this.leases.keys()].map(id => this.release(id)))
+    try {
+      await this.directory.bucket.delete(this.nodeId)
+    } catch {
+      // the entry ages out
+    }
+    this.directory.stop()
+  }
+}

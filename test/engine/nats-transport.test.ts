@@ -1,0 +1,86 @@
+// Engine nodes over NATS, in process: two ROLE=engine services and one ROLE=gateway service on a
+// real nats-server and one MongoDB database (the wire-protocol test server). Sessions created
+// through the gateway spread over both nodes; messages, administration, a second consumer and
+// destroy all go through NATS; errors keep their ApiError codes.
+import t from 'tap'
+import { connect } from '@nats-io/transport-node'
+import { Kvm } from '@nats-io/kv'
+import { call, mongoUrlFor, startTestService } from '../support/harness.js'
+import { startNatsServer } from '../support/nats-server.js'
+import { ADMIN, CHANNEL, createSession, openSse } from '../support/sse.js'
+import { OWNERS_BUCKET } from '../../engine/ownership.js'
+
+const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
+const SESSIONS = 8
+
+async function liveSessions(base: string): Promise<number> {
+  const text = await (await fetch(`${base}/metrics`)).text()
+  return [...text.matchAll(/^switchboard_sessions_live\{[^}]*\} (\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0)
+}
+
+t.test('two engine nodes behind one gateway over NATS', async t => {
+  const nats = await startNatsServer(t)
+  const mongoUrl = await mongoUrlFor(t)
+  const env = { MONGO_URL: mongoUrl, NATS_URL: nats.url, ENGINE_HEARTBEAT_MS: '200', ENGINE_LEASE_RENEW_MS: '500' }
+  const e1 = await startTestService(t, { env: { ...env, ROLE: 'engine' } })
+  const e2 = await startTestService(t, { env: { ...env, ROLE: 'engine' } })
+  const gw = await startTestService(t, { env: { ...env, ROLE: 'gateway' } })
+
+  const health = await call(e1.base, 'GET', '/healthz', { key: null })
+  t.match(health.json, { role: 'engine', bus: 'nats', modules: ['engine'], engineNode: String })
+  t.equal((await call(e1.base, 'POST', `${CHANNEL}/demo`, { body: {} })).status, 404, 'an engine node serves no API routes')
+  t.equal((await fetch(`${e1.base}/metrics`)).status, 200, 'an engine node serves /metrics')
+  await sleep(300) // the gateway has seen both heartbeats
+
+  const sessions = []
+  for (let i = 0; i < SESSIONS; i++) sessions.push(await createSession(gw.base, { body: { arguments: { name: `U${i}` } } }))
+  const [on1, on2] = [await liveSessions(e1.base), await liveSessions(e2.base)]
+  t.equal(on1 + on2, SESSIONS, 'every session lives on one engine node')
+  t.ok(on1 >= 2 && on2 >= 2, `sessions spread over both nodes (${on1} / ${on2})`)
+
+  for (const s of sessions) {
+    const put = await call(gw.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: 'hello' } })
+    t.equal(put.status, 201)
+    const reply = await s.stream.next('assistant.message')
+    t.equal(reply.data.text, 'Hello! How can I help you today?')
+  }
+  const names = sessions[0]!.stream.names()
+  const reply = names.lastIndexOf('crew.status.writing')
+  t.same([names[0], names[reply], names.at(-2), names.at(-1)], ['Initialized', 'crew.status.writing', 'assistant.message', 'crew.status.waiting'], 'a reply in order over NATS')
+
+  // Administration and a second consumer through the gateway.
+  const s0 = sessions[0]!
+  const history = await call(gw.base, 'GET', `${ADMIN}/${s0.sessionId}/history`, { headers: { UserId: 'sup' } })
+  t.equal(history.status, 200)
+  t.ok(history.json.data.some((e: any) => e.type === 'message.user' && e.text === 'hello'))
+  const listen = await openSse(gw.base, 'POST', `${CHANNEL}/${s0.sessionId}/listen`)
+  t.equal(listen.status, 200)
+  await listen.stream!.next('session.consumer.attached')
+  t.equal((await call(gw.base, 'PUT', `${ADMIN}/${s0.sessionId}/impersonate`, { headers: { UserId: 'sup' }, body: { text: 'a human here' } })).status, 200)
+  t.equal((await listen.stream!.next('assistant.message')).data.text, 'a human here', 'the second consumer gets the events')
+  t.equal((await s0.stream.next('assistant.message')).data.text, 'a human here')
+
+  // Errors keep their codes across NATS.
+  const missing = await call(gw.base, 'PUT', `${CHANNEL}/0d9a7f0e-5b1c-4c1e-8a41-2f7d6b3c9e99/${s0.consumerId}`, { body: { message: 'x' } })
+  t.match(missing, { status: 404, json: { code: 'SESSION_NOT_FOUND' } })
+  const stranger = await call(gw.base, 'PUT', `${CHANNEL}/${s0.sessionId}/0d9a7f0e-5b1c-4c1e-8a41-2f7d6b3c9e98`, { body: { message: 'x' } })
+  t.match(stranger, { status: 400, json: { code: 'UNKNOWN_CONSUMER' } })
+  const resume = await call(gw.base, 'PUT', `${ADMIN}/${s0.sessionId}/resume`, { headers: { UserId: 'sup' } })
+  t.match(resume, { status: 409, json: { code: 'INVALID_SESSION_STATE' } })
+
+  // The owner entries; destroy releases them.
+  const probe = await connect({ servers: nats.url })
+  t.teardown(() => probe.close())
+  const owners = await new Kvm(probe).open(OWNERS_BUCKET)
+  t.ok(await owners.get(s0.sessionId), 'the session has an owner entry')
+  const del = await call(gw.base, 'DELETE', `${CHANNEL}/${s0.sessionId}`, { body: { reason: 'finished' } })
+  t.equal(del.status, 201)
+  t.same((await s0.stream.next('session.closed')).data, { sessionId: s0.sessionId, reason: 'finished' })
+  await s0.stream.ended_()
+  for (let i = 0; i < 50 && (await owners.get(s0.sessionId))?.operation === 'PUT'; i++) await sleep(20)
+  t.not((await owners.get(s0.sessionId))?.operation, 'PUT', 'the lease is released on destroy')
+  t.equal((await call(gw.base, 'GET', `${ADMIN}/${s0.sessionId}/snapshot`, { headers: { UserId: 'sup' } })).status, 404)
+
+  listen.stream!.close()
+  for (const s of sessions) s.stream.close()
+})
