@@ -299,6 +299,39 @@ for (const store of STORES) {
       if (status === 'running') await stop(base, batchId)
     })
 
+    t.test('order: contactPriority (higher first) then nextAttemptAt, or the other way round', async t => {
+      for (const priorityOrder of ['contactPriority', 'scheduledAt'] as const) {
+        const batchId = await createBatch(base, { rules: { maxInFlight: 1, priorityOrder } })
+        const pinned = { customFields: { simulatedOutcomes: 'answered' } }
+        await load(base, batchId, {
+          contacts: [
+            contact(501, pinned),
+            contact(502, { ...pinned, contactPriority: 5 }),
+            contact(503, { ...pinned, contactPriority: 1 }),
+            contact(504, { ...pinned, contactPriority: 5, scheduledAt: new Date(clock.now() + MIN).toISOString() }),
+          ],
+        })
+        clock.advance(2 * MIN)
+        await start(base, batchId)
+        for (let i = 0; i < 4; i++) {
+          clock.advance(1000) // distinct startedAt: the attempts list is ordered by it
+          t.equal((await cycle()).claimed, 1, 'one at a time (maxInFlight 1)')
+        }
+        const attempts = await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts`)
+        const order = attempts.json.data.map((a: any) => a.identifier).reverse()
+        t.same(order, priorityOrder === 'contactPriority' ? ['c502', 'c504', 'c503', 'c501'] : ['c502', 'c503', 'c501', 'c504'], priorityOrder)
+        await cycle()
+      }
+    })
+
+    t.test('rules are validated at batch creation', async t => {
+      const bad = await call(base, 'POST', '/dialer/v1/batches', {
+        body: { name: 'x', channel: 'phone', duplicateStrategy: 'merge', rules: { retryDelayMinutes: { busy: 5, engaged: 3 }, finalOutcomes: ['maybe'], maxInFlight: 0 } },
+      })
+      t.equal(bad.status, 400)
+      t.same(bad.json.details.map((d: any) => d.field).sort(), ['rules.finalOutcomes[0]', 'rules.maxInFlight', 'rules.retryDelayMinutes'].sort())
+    })
+
     t.test('another account sees none of it', async t => {
       const batchId = await createBatch(base)
       await load(base, batchId, contact(400))
