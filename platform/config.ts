@@ -38,6 +38,8 @@ export interface Config {
     maxInFlightPerAccount: number
     /** The simulated provider: outcome mix ("answered=30,no_answer=40,..."), latency, RNG seed. */
     simulated: { outcomes: string; latencyMs: number; seed: number }
+    /** A contact claimed longer ago than this is presumed lost with its scheduler and dialed again. */
+    claimTimeoutMs: number
   }
   channel: {
     heartbeatMs: number
@@ -152,6 +154,7 @@ export function loadConfig(env: Env = process.env): Config {
         latencyMs: int(env, 'DIALER_SIM_LATENCY_MS', 2000, 0),
         seed: int(env, 'DIALER_SIM_SEED', 1, 0),
       },
+      claimTimeoutMs: int(env, 'DIALER_CLAIM_TIMEOUT_MS', 60 * 60_000, 1000),
     },
     channel: {
       heartbeatMs: int(env, 'SSE_HEARTBEAT_MS', 30_000, 10),

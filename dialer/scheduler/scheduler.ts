@@ -103,17 +103,43 @@ export class Scheduler {
   private async select(): Promise<CycleReport> {
     const now = this.platform.clock.now()
     const report: CycleReport = { batches: 0, claimed: 0, skipped: {}, completed: [] }
+    await this.recoverExpiredClaims(now)
     const running = await this.batchDocs.find({ status: 'running' }, { sort: { createdAt: 1, _id: 1 } })
     const accountInFlight = new Map<string, number>()
+    // Batches of one account share its room: each gets an even share of what is left.
+    const batchesLeft = new Map<string, number>()
+    for (const batch of running) batchesLeft.set(batch.accountId, (batchesLeft.get(batch.accountId) ?? 0) + 1)
     for (const batch of running) {
       report.batches++
-      await this.selectBatch(batch, now, accountInFlight, report)
+      const share = batchesLeft.get(batch.accountId)!
+      batchesLeft.set(batch.accountId, share - 1)
+      await this.selectBatch(batch, now, accountInFlight, share, report)
       if (await this.completeIfDone(batch)) report.completed.push(batch._id)
     }
     return report
   }
 
-  private async selectBatch(batch: BatchDoc, now: number, accountInFlight: Map<string, number>, report: CycleReport) {
+  /**
+   * Contacts claimed longer than DIALER_CLAIM_TIMEOUT_MS ago belong to a scheduler that died
+   * mid-attempt: the attempt is closed as `failed` (worker lost) and the contact is due again.
+   */
+  private async recoverExpiredClaims(now: number) {
+    const expired = new Date(now - this.platform.config.dialer.claimTimeoutMs)
+    const stale = await this.contacts.find({ state: 'in_progress', claimedAt: { $lt: expired } }, { limit: 1000 })
+    for (const contact of stale) {
+      const released = await this.contacts.updateOne(
+        { _id: contact._id, state: 'in_progress', claimedBy: contact.claimedBy, claimedAt: contact.claimedAt },
+        { $set: { state: 'pending', nextAttemptAt: new Date(now), claimedBy: null, claimedAt: null, lastSkipReason: 'claim_expired', updatedAt: new Date(now) } },
+      )
+      if (released.matchedCount === 0) continue
+      await this.deps.attempts.docs.updateMany(
+        { contactId: contact._id, outcome: null, startedAt: { $lt: expired } },
+        { $set: { outcome: 'failed', detail: 'claim expired: the scheduler running this attempt was lost', endedAt: new Date(now) } },
+      )
+    }
+  }
+
+  private async selectBatch(batch: BatchDoc, now: number, accountInFlight: Map<string, number>, share: number, report: CycleReport) {
     const { config } = this.platform
     const rules = (batch.rules ?? {}) as BatchRules
     const batchLimit = Math.min(config.dialer.maxInFlightPerBatch, rules.maxInFlight ?? Infinity)
@@ -125,9 +151,11 @@ export class Scheduler {
     const sort: Record<string, 1 | -1> =
       rules.priorityOrder === 'scheduledAt' ? { nextAttemptAt: 1, contactPriority: -1, _id: 1 } : { contactPriority: -1, nextAttemptAt: 1, _id: 1 }
     const dueBy = new Date(now)
+    const accountShare = Math.ceil((accountLimit - accountInFlight.get(batch.accountId)!) / share)
+    let claimedHere = 0
 
     for (let round = 0; round < MAX_ROUNDS; round++) {
-      const room = Math.min(batchLimit - batchBusy, accountLimit - accountInFlight.get(batch.accountId)!)
+      const room = Math.min(batchLimit - batchBusy, accountShare - claimedHere, accountLimit - accountInFlight.get(batch.accountId)!)
       if (room <= 0 || this.stopped) return
       const due = await this.contacts.find({ batchId: batch._id, state: 'pending', nextAttemptAt: { $lte: dueBy } }, { sort, limit: room })
       if (due.length === 0) return
@@ -145,13 +173,15 @@ export class Scheduler {
           continue
         }
         const claimed = await this.contacts.findOneAndUpdate(
-          { _id: contact._id, state: 'pending', nextAttemptAt: { $lte: dueBy } },
+          // claimedBy null: not still being dialed by an attempt from before a recontact/reschedule.
+          { _id: contact._id, state: 'pending', nextAttemptAt: { $lte: dueBy }, claimedBy: null },
           { $set: { state: 'in_progress', claimedBy: this.workerId, claimedAt: dueBy, updatedAt: dueBy } },
           { returnDocument: 'after' },
         )
         if (!claimed) continue // another scheduler won it
         progressed = true
         batchBusy++
+        claimedHere++
         accountInFlight.set(batch.accountId, accountInFlight.get(batch.accountId)! + 1)
         report.claimed++
         await this.dispatch(batch, claimed, verdict.address, now)
@@ -253,8 +283,12 @@ export class Scheduler {
         },
       },
     )
-    // Cancelled, rescheduled or recontacted meanwhile: count the attempt, keep that decision.
-    if (settled.matchedCount === 0) await this.contacts.updateOne({ _id: contact._id }, { $inc: inc, $set: { lastOutcome: outcome, updatedAt: at } })
+    // Cancelled, recontacted or released (claim expired) meanwhile: count the attempt, keep that
+    // decision and its outcome, and let go of the claim so the contact can be dialed again.
+    if (settled.matchedCount === 0) {
+      await this.contacts.updateOne({ _id: contact._id }, { $inc: inc, $set: { updatedAt: at } })
+      await this.contacts.updateOne({ _id: contact._id, claimedBy: this.workerId }, { $set: { claimedBy: null, claimedAt: null } })
+    }
   }
 
   /** running -> completed once no contact is pending or in flight (exactly one caller logs it). */

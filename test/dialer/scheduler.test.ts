@@ -243,6 +243,30 @@ for (const store of STORES) {
       await stop(base, one).catch(() => undefined)
     })
 
+    t.test('a claim held past DIALER_CLAIM_TIMEOUT_MS (a lost scheduler) is released and dialed again', async t => {
+      const gate = new GatedProvider()
+      const lost = extraScheduler(service.platform, 'lost', gate)
+      const batchId = await createBatch(base, { rules: { maxAttempts: 3 } })
+      await load(base, batchId, contact(601, { customFields: { simulatedOutcomes: 'answered' } }))
+      await start(base, batchId)
+      t.equal((await lost.runCycle()).claimed, 1)
+      const id = (await contactsOf(base, batchId)).get('c601').contactId
+      t.match(await detail(base, batchId, id), { state: 'in_progress', dialability: { reason: 'in_progress' } })
+      clock.advance(59 * MIN)
+      t.equal((await cycle()).claimed, 0, 'still within the claim timeout')
+      clock.advance(2 * MIN)
+      t.equal((await cycle()).claimed, 1, 'released and dialed by another scheduler')
+      const attempts = await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts`)
+      t.same(attempts.json.data.map((a: any) => a.outcome).sort(), ['answered', 'failed'])
+      t.match(attempts.json.data.find((a: any) => a.outcome === 'failed'), { detail: /claim expired/ })
+      // The lost scheduler's attempt ends late: counted, but it changes nothing else.
+      gate.releaseAll('busy')
+      await lost.drain()
+      t.match(await detail(base, batchId, id), { state: 'done', lastOutcome: 'answered', attempts: 2 })
+      await cycle()
+      t.equal((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status, 'completed')
+    })
+
     t.test('reschedule and cancel a contact', async t => {
       const batchId = await createBatch(base, { rules: { maxAttempts: 2 } })
       await load(base, batchId, { contacts: [contact(301), contact(302), contact(303, { customFields: { simulatedOutcomes: 'answered' } })] })
