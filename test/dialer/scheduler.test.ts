@@ -370,3 +370,18 @@ for (const store of STORES) {
     })
   })
 }
+
+t.test('worker processes run cycles on a timer (DIALER_CYCLE_MS) with the system clock', async t => {
+  const { base } = await startTestService(t, { env: { DIALER_CYCLE_MS: '20', DIALER_SIM_LATENCY_MS: '5', DIALER_SIM_OUTCOMES: 'answered=1' } })
+  const batchId = await createBatch(base)
+  await load(base, batchId, { contacts: Array.from({ length: 20 }, (_, i) => contact(700 + i)) })
+  await start(base, batchId)
+  const deadline = Date.now() + 15_000
+  let batch: any
+  while (Date.now() < deadline) {
+    batch = (await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json
+    if (batch.status === 'completed') break
+    await new Promise(r => setTimeout(r, 25))
+  }
+  t.match(batch, { status: 'completed', progress: { done: 20, pending: 0, inProgress: 0, byOutcome: { answered: 20 } } })
+})
