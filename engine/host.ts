@@ -779,10 +779,18 @@ export class SessionHost {
     const lastSeq = after.at(-1)?.seq ?? 0
     const event: SessionEvent = { type: 'session.restored', logPosition: Math.max(doc.logPosition, lastSeq), at: this.now }
     if (actor.getSnapshot().can(event)) actor.send(event)
-    // A restored idle session that owes a reply starts it (as a system attend).
-    const attend: SessionEvent = { type: 'admin.attend', userId: 'system:restore', at: this.now }
-    if (orphans.length && actor.getSnapshot().matches({ active: 'idle' }) && actor.getSnapshot().can(attend)) actor.send(attend)
     this.afterEvent(live)
+    // A restored idle session that owes a reply starts it (as a system attend) — unless the
+    // command that caused the restore (it runs first) is a user message, whose reply covers it.
+    if (orphans.length) {
+      setImmediate(() => {
+        const attend: SessionEvent = { type: 'admin.attend', userId: 'system:restore', at: this.now }
+        const now = live.actor.getSnapshot()
+        if (live.finished || !now.matches({ active: 'idle' }) || !now.context.replyOwed || !now.can(attend)) return
+        live.actor.send(attend)
+        this.afterEvent(live)
+      })
+    }
     return live
   }
 

@@ -15,11 +15,11 @@
 // that finds no responder on `sb.session.<id>.cmd` was delivered to nobody, so the gateway may
 // send it to a node's claim subject instead: that is how a session moves off a dead node.
 import { randomUUID } from 'node:crypto'
-import { NoRespondersError, RequestError, TimeoutError, type Msg, type NatsConnection, type Subscription as NatsSubscription } from '@nats-io/transport-node'
+import { TimeoutError, type Msg, type NatsConnection, type Subscription as NatsSubscription } from '@nats-io/transport-node'
 import { ApiError } from '../gateway/errors.js'
 import type { Logger } from '../platform/logger.js'
 import type { SessionHost } from './host.js'
-import { NodeDirectory, nodeSubject, Ownership } from './ownership.js'
+import { isNoResponders, NodeDirectory, nodeSubject, Ownership } from './ownership.js'
 import type {
   CreateSessionRequest,
   SessionCommand,
@@ -45,12 +45,6 @@ type Reply = { ok: true; result?: unknown } | { ok: false; error?: WireError; re
 interface SessionRequest {
   target: SessionTarget
   command?: SessionCommand
-}
-
-export function isNoResponders(error: unknown): boolean {
-  if (error instanceof NoRespondersError) return true
-  if (error instanceof RequestError) return error.isNoResponders()
-  return error instanceof Error && error.cause instanceof NoRespondersError
 }
 
 const isTimeout = (error: unknown) => error instanceof TimeoutError || (error instanceof Error && error.cause instanceof TimeoutError)
@@ -160,6 +154,8 @@ export class NatsSessionTransport implements SessionTransport {
       }
       if (!reply.ok && reply.redirect) {
         // The owner lives (it just lost or never loaded the actor): it restores the session itself.
+        if (tried.has(reply.redirect)) break
+        tried.add(node)
         node = reply.redirect
         continue
       }

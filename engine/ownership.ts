@@ -16,7 +16,7 @@
 // it, so a node that lost its lease (paused, partitioned) can no longer overwrite the new
 // owner's state; the node also stops writing once its lease was not renewed within
 // 3 renew periods, and drops the actor when a renewal's compare-and-set fails.
-import { type NatsConnection, type QueuedIterator } from '@nats-io/transport-node'
+import { NoRespondersError, RequestError, type NatsConnection, type QueuedIterator } from '@nats-io/transport-node'
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream'
 import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv'
 import type { Logger } from '../platform/logger.js'
@@ -56,6 +56,13 @@ async function openBucket(nc: NatsConnection, name: string, replicas: number, tt
 const isCasFailure = (error: unknown) =>
   error instanceof JetStreamApiError &&
   (error.code === JetStreamApiCodes.StreamWrongLastSequence || error.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
+
+/** A request that reached no subscriber (a killed process has none): it was delivered to nobody. */
+export function isNoResponders(error: unknown): boolean {
+  if (error instanceof NoRespondersError) return true
+  if (error instanceof RequestError) return error.isNoResponders()
+  return error instanceof Error && error.cause instanceof NoRespondersError
+}
 
 /** The live engine nodes as seen through the nodes bucket (gateways and nodes). */
 export class NodeDirectory {
@@ -239,7 +246,7 @@ export class Ownership implements SessionLeases {
       await this.nc.request(nodeSubject(nodeId, 'ping'), '', { timeout: 1000 })
       return true
     } catch (error) {
-      if (error instanceof Error && (error.name === 'NoRespondersError' || (error.cause as Error | undefined)?.name === 'NoRespondersError')) {
+      if (isNoResponders(error)) {
         this.directory.forget(nodeId)
         return false
       }
