@@ -64,6 +64,8 @@ export interface ContactDoc {
   addresses: AddressDoc[]
   scheduledAt: Date | null
   contactPriority: number | null
+  /** contactPriority, or NO_PRIORITY_RANK when unset: the selection sort key (lower first, unset last). */
+  priorityRank: number
   customFields: Record<string, unknown>
   state: ContactState
   nextAttemptAt: Date
@@ -80,6 +82,9 @@ export interface ContactDoc {
   /** The last reason a selection cycle passed the contact over (outside_window, ...). */
   lastSkipReason?: string | null
 }
+
+/** Contacts without contactPriority are selected after every prioritized one. */
+export const NO_PRIORITY_RANK = Number.MAX_SAFE_INTEGER
 
 export interface Actor {
   /** User uuid, or 'system'. */

@@ -17,7 +17,7 @@ import { type BulkOp, type Collection, DuplicateKeyError } from '../platform/sto
 import type { Platform } from '../platform/index.js'
 import type { Delivery, WorkQueue } from '../platform/bus/index.js'
 import { newId, stableId } from '../platform/ids.js'
-import { ACTIVE_CONTACT_STATES, type Actor, COLLECTIONS, type ContactDoc } from './collections.js'
+import { ACTIVE_CONTACT_STATES, type Actor, COLLECTIONS, type ContactDoc, NO_PRIORITY_RANK } from './collections.js'
 import type { ContactInput } from './contact-input.js'
 import type { Batches, BatchDoc, DuplicateStrategy } from './batches.js'
 import type { BatchLog } from './batch-log.js'
@@ -98,11 +98,15 @@ function dataFields(contact: QueuedContact, mode: 'merge' | 'replace'): Record<s
   if (mode === 'replace') {
     fields.scheduledAt = contact.scheduledAt ? new Date(contact.scheduledAt) : null
     fields.contactPriority = contact.contactPriority ?? null
+    fields.priorityRank = contact.contactPriority ?? NO_PRIORITY_RANK
     fields.customFields = contact.customFields ?? {}
     return fields
   }
   if (contact.scheduledAt) fields.scheduledAt = new Date(contact.scheduledAt)
-  if (contact.contactPriority !== undefined) fields.contactPriority = contact.contactPriority
+  if (contact.contactPriority !== undefined) {
+    fields.contactPriority = contact.contactPriority
+    fields.priorityRank = contact.contactPriority
+  }
   for (const [key, value] of Object.entries(contact.customFields ?? {})) fields[`customFields.${key}`] = value
   return fields
 }
@@ -302,6 +306,7 @@ export class ContactLoads {
           addresses: contact.addresses,
           scheduledAt,
           contactPriority: contact.contactPriority ?? null,
+          priorityRank: contact.contactPriority ?? NO_PRIORITY_RANK,
           customFields: contact.customFields ?? {},
           state: 'pending',
           nextAttemptAt: scheduledAt ?? at,

@@ -1,6 +1,6 @@
 // The dialing scheduler. A selection cycle, for every running batch:
 //   1. reads the batch's due contacts (state pending, nextAttemptAt <= now), ordered by
-//      contactPriority (higher first) then nextAttemptAt, or the other way round with
+//      contactPriority (lower first, as the spec says; unset last) then nextAttemptAt, or the other way round with
 //      rules.priorityOrder = scheduledAt, as many as pacing leaves room for;
 //   2. checks each against the rules and the account's blocked list *now* (not at load): a
 //      contact outside its window, on a blocked date or scheduled later gets nextAttemptAt moved
@@ -149,7 +149,7 @@ export class Scheduler {
       accountInFlight.set(batch.accountId, await this.contacts.countDocuments({ accountId: batch.accountId, state: 'in_progress' }))
     }
     const sort: Record<string, 1 | -1> =
-      rules.priorityOrder === 'scheduledAt' ? { nextAttemptAt: 1, contactPriority: -1, _id: 1 } : { contactPriority: -1, nextAttemptAt: 1, _id: 1 }
+      rules.priorityOrder === 'scheduledAt' ? { nextAttemptAt: 1, priorityRank: 1, _id: 1 } : { priorityRank: 1, nextAttemptAt: 1, _id: 1 }
     const dueBy = new Date(now)
     const accountShare = Math.ceil((accountLimit - accountInFlight.get(batch.accountId)!) / share)
     let claimedHere = 0

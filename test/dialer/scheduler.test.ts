@@ -323,7 +323,7 @@ for (const store of STORES) {
       if (status === 'running') await stop(base, batchId)
     })
 
-    t.test('order: contactPriority (higher first) then nextAttemptAt, or the other way round', async t => {
+    t.test('order: contactPriority (lower first, unset last) then nextAttemptAt, or the other way round', async t => {
       for (const priorityOrder of ['contactPriority', 'scheduledAt'] as const) {
         const batchId = await createBatch(base, { rules: { maxInFlight: 1, priorityOrder } })
         const pinned = { customFields: { simulatedOutcomes: 'answered' } }
@@ -343,7 +343,7 @@ for (const store of STORES) {
         }
         const attempts = await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts`)
         const order = attempts.json.data.map((a: any) => a.identifier).reverse()
-        t.same(order, priorityOrder === 'contactPriority' ? ['c502', 'c504', 'c503', 'c501'] : ['c502', 'c503', 'c501', 'c504'], priorityOrder)
+        t.same(order, priorityOrder === 'contactPriority' ? ['c503', 'c502', 'c504', 'c501'] : ['c503', 'c502', 'c501', 'c504'], priorityOrder)
         await cycle()
       }
     })
