@@ -38,7 +38,7 @@ import { MongoClient } from 'mongodb'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'
 import { startService, type RunningService } from '../../service.js'
-import { COLLECTIONS, INDEXES, type ContactDoc } from '../../dialer/collections.js'
+import { COLLECTIONS, INDEXES, NO_PRIORITY_RANK, type ContactDoc } from '../../dialer/collections.js'
 import { startMongoTestServer, type MongoTestServer } from '../../test/support/mongo-server.js'
 
 const KEY = 'bench-ingest-key-00000000'
@@ -191,6 +191,7 @@ async function benchBare(mongoUrl: string) {
         addresses: c.addresses as ContactDoc['addresses'],
         scheduledAt: null,
         contactPriority: null,
+        priorityRank: NO_PRIORITY_RANK,
         customFields: {},
         state: 'pending',
         nextAttemptAt: at,
