@@ -5,7 +5,7 @@ import type { ServiceModule } from '../gateway/routes.js'
 import type { Platform } from '../platform/index.js'
 import { SessionRecorder } from '../reports/index.js'
 import { loadCrews, type CrewCatalog } from './crews.js'
-import { SessionHost } from './host.js'
+import { type HostOptions, SessionHost } from './host.js'
 import { ChannelHub } from './hub.js'
 import { OpenAiProvider } from './providers/openai.js'
 import { ScriptedProvider } from './providers/scripted.js'
@@ -45,27 +45,9 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
   const crews = options.crews ?? loadCrews(config.crewsFile)
   const cluster = options.cluster
   if (cluster) return createClusteredEngine(platform, crews, cluster, options)
-  const host = new SessionHost({
-    platform,
-    crews,
-    recorder: new SessionRecorder(platform.store),
-    providers: { scripted: new ScriptedProvider(), openai: new OpenAiProvider(), ...options.providers },
-    idleTimeoutMs: config.engine.sessionIdleTimeoutMs,
-    externalToolTimeoutMs: config.engine.externalToolTimeoutMs,
-  })
+  const host = newHost(platform, crews, options)
   const transport: SessionTransport = new InProcessTransport(host)
-  const hub = new ChannelHub(
-    transport,
-    {
-      heartbeatMs: config.channel.heartbeatMs,
-      replayBufferEvents: config.channel.replayBufferEvents,
-      consumerRetentionMs: config.channel.consumerRetentionMs,
-      maxConsumersPerSession: config.channel.maxConsumersPerSession,
-      listenPath,
-    },
-    platform.metrics,
-    platform.logger,
-  )
+  const hub = newHub(platform, transport)
   return {
     name: 'engine',
     host,
@@ -82,6 +64,35 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
   }
 }
 
+/** The actor host of this process; clustered nodes add leases and publishing. */
+function newHost(platform: Platform, crews: CrewCatalog, options: EngineOptions, cluster: Partial<HostOptions> = {}) {
+  return new SessionHost({
+    platform,
+    crews,
+    recorder: new SessionRecorder(platform.store),
+    providers: { scripted: new ScriptedProvider(), openai: new OpenAiProvider(), ...options.providers },
+    idleTimeoutMs: platform.config.engine.sessionIdleTimeoutMs,
+    externalToolTimeoutMs: platform.config.engine.externalToolTimeoutMs,
+    ...cluster,
+  })
+}
+
+function newHub(platform: Platform, transport: SessionTransport) {
+  const { channel } = platform.config
+  return new ChannelHub(
+    transport,
+    {
+      heartbeatMs: channel.heartbeatMs,
+      replayBufferEvents: channel.replayBufferEvents,
+      consumerRetentionMs: channel.consumerRetentionMs,
+      maxConsumersPerSession: channel.maxConsumersPerSession,
+      listenPath,
+    },
+    platform.metrics,
+    platform.logger,
+  )
+}
+
 function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: NonNullable<EngineOptions['cluster']>, options: EngineOptions): Engine {
   const { config, logger } = platform
   const timing = { heartbeatMs: config.engine.heartbeatMs, renewMs: config.engine.leaseRenewMs }
@@ -95,19 +106,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     token: (sessionId: string) => ownership?.token(sessionId),
     unloaded: (sessionId: string, why: 'finished' | 'dropped') => ownership?.unloaded(sessionId, why),
   }
-  const host = node
-    ? new SessionHost({
-        platform,
-        crews,
-        recorder: new SessionRecorder(platform.store),
-        providers: { scripted: new ScriptedProvider(), openai: new OpenAiProvider(), ...options.providers },
-        idleTimeoutMs: config.engine.sessionIdleTimeoutMs,
-        externalToolTimeoutMs: config.engine.externalToolTimeoutMs,
-        leases,
-        publish: node.publish,
-        durableAcks: true,
-      })
-    : undefined
+  const host = node ? newHost(platform, crews, options, { leases, publish: node.publish, durableAcks: true }) : undefined
   // The gateway side is wired lazily: the directory opens in start().
   let remote: NatsSessionTransport | undefined
   const transport: SessionTransport = {
@@ -115,18 +114,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     command: (target, command) => ready(remote).command(target, command),
     subscribe: (target, listener) => ready(remote).subscribe(target, listener),
   }
-  const hub = new ChannelHub(
-    transport,
-    {
-      heartbeatMs: config.channel.heartbeatMs,
-      replayBufferEvents: config.channel.replayBufferEvents,
-      consumerRetentionMs: config.channel.consumerRetentionMs,
-      maxConsumersPerSession: config.channel.maxConsumersPerSession,
-      listenPath,
-    },
-    platform.metrics,
-    logger,
-  )
+  const hub = newHub(platform, transport)
   return {
     name: 'engine',
     host,
