@@ -1,0 +1,102 @@
+// Service processes for the cluster test and bench/cluster: main.ts started with a ROLE, on a
+// free port, its output kept (the last 64 KiB) for failure messages, killed at teardown.
+import { spawn, type ChildProcess } from 'node:child_process'
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { dirname, join, relative } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import ts from 'typescript'
+import { freePort } from '../support/nats-server.js'
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+const SOURCES = ['platform', 'gateway', 'dialer', 'engine', 'reports', 'schemas', 'cli', 'main.ts', 'service.ts']
+let built: string | undefined
+
+/**
+ * Transpiles the service (no type check: `tsc --noEmit` covers that) once per test process into
+ * node_modules/.cache (packages resolve from there). Each process then starts in about a second
+ * instead of transpiling the whole code base itself (7-8 s of CPU each, six processes on two
+ * cores). Set CLUSTER_TS=1 to run main.ts through @tapjs/typescript/import instead.
+ */
+export function buildService(): string {
+  if (built) return built
+  const out = join(ROOT, 'node_modules', '.cache', `switchboard-cluster-${process.pid}`)
+  rmSync(out, { recursive: true, force: true })
+  const options: ts.CompilerOptions = { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ES2022, esModuleInterop: true }
+  const walk = (path: string) => {
+    if (statSync(path).isDirectory()) return readdirSync(path).forEach(name => walk(join(path, name)))
+    if (!path.endsWith('.ts') || path.endsWith('.d.ts')) return
+    const rel = relative(ROOT, path)
+    const js = ts.transpileModule(readFileSync(path, 'utf8'), { compilerOptions: options, fileName: rel }).outputText
+    const target = join(out, rel.replace(/\.ts$/, '.js'))
+    mkdirSync(dirname(target), { recursive: true })
+    writeFileSync(target, js)
+  }
+  for (const source of SOURCES) walk(join(ROOT, source))
+  copyFileSync(join(ROOT, 'package.json'), join(out, 'package.json')) // service.ts reads its version
+  process.once('exit', () => rmSync(out, { recursive: true, force: true }))
+  built = out
+  return out
+}
+const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
+
+export interface Proc {
+  name: string
+  port: number
+  base: string
+  child: ChildProcess
+  output: () => string
+  exited: Promise<void>
+  alive: () => boolean
+  /** SIGKILL and wait for the exit (no-op once exited). */
+  kill: () => Promise<void>
+}
+
+interface Teardown {
+  teardown(fn: () => unknown): void
+}
+
+export async function startProcess(t: Teardown | undefined, name: string, env: Record<string, string>): Promise<Proc> {
+  const port = await freePort()
+  const args = process.env.CLUSTER_TS === '1' ? ['--import', '@tapjs/typescript/import', 'main.ts'] : [join(buildService(), 'main.js')]
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    // Transpile only (tsc type-checks the code base), as tap runs the tests.
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', TS_NODE_TRANSPILE_ONLY: '1', ...env, PORT: String(port), HOST: '127.0.0.1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let output = ''
+  for (const stream of [child.stdout!, child.stderr!]) {
+    stream.setEncoding('utf8')
+    stream.on('data', (chunk: string) => (output = (output + chunk).slice(-64 * 1024)))
+  }
+  const exited = new Promise<void>(resolve => child.once('exit', () => resolve()))
+  const alive = () => child.exitCode === null && child.signalCode === null
+  const kill = async () => {
+    if (alive()) child.kill('SIGKILL')
+    await exited
+  }
+  t?.teardown(kill)
+  return { name, port, base: `http://127.0.0.1:${port}`, child, output: () => output, exited, alive, kill }
+}
+
+export async function waitHealthy(proc: Proc, timeoutMs = 45_000): Promise<Record<string, any>> {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (!proc.alive()) throw new Error(`${proc.name} exited:\n${proc.output()}`)
+    try {
+      const res = await fetch(`${proc.base}/healthz`)
+      if (res.ok) return (await res.json()) as Record<string, any>
+    } catch {
+      // not listening yet
+    }
+    await sleep(100)
+  }
+  throw new Error(`${proc.name} not healthy within ${timeoutMs} ms:\n${proc.output()}`)
+}
+
+/** switchboard_dialer_chunks_processed_total{outcome="ok"} of a worker process. */
+export async function chunksProcessed(proc: Proc): Promise<number> {
+  const text = await (await fetch(`${proc.base}/metrics`)).text()
+  const match = /switchboard_dialer_chunks_processed_total\{outcome="ok"\} (\d+)/.exec(text)
+  return match ? Number(match[1]) : 0
+}
