@@ -40,6 +40,8 @@ export const INDEXES: Record<string, IndexSpec[]> = {
     { name: 'batch_started', key: { batchId: 1, startedAt: -1 } },
     { name: 'batch_outcome', key: { batchId: 1, outcome: 1, startedAt: -1 }, partitionFields: 2 },
     { name: 'contact_started', key: { contactId: 1, startedAt: -1 } },
+    // Pacing per account and minute: attempts started in the last 60 s.
+    { name: 'account_started', key: { accountId: 1, startedAt: -1 } },
   ],
 }
 

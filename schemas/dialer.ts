@@ -94,6 +94,7 @@ export const batchRules = {
     priorityOrder: { type: 'string', enum: ['contactPriority', 'scheduledAt'] },
     finalOutcomes: { type: 'array', uniqueItems: true, items: { type: 'string', enum: OUTCOMES } },
     maxInFlight: { type: 'integer', minimum: 1, maximum: 10000 },
+    maxAttemptsPerMinute: { type: 'integer', minimum: 1, maximum: 1000000 },
   },
 } as const
 
