@@ -69,7 +69,8 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   // engine nodes; `all` does everything in one process (with NATS_URL it is also an engine node).
   const dialerWorkers = config.role === 'all' || config.role === 'worker'
   const servesRoutes = config.role !== 'worker' && config.role !== 'engine'
-  const dialer = createDialer(platform, { idempotencyStore, workers: dialerWorkers })
+  // The assistant provider reaches sessions through the engine's transport (created below).
+  const dialer = createDialer(platform, { idempotencyStore, workers: dialerWorkers, sessionTransport: () => engine?.transport })
   const cluster =
     bus instanceof NatsBus && config.role !== 'worker'
       ? { mode: config.role === 'engine' ? ('node' as const) : config.role === 'gateway' ? ('gateway' as const) : ('both' as const), nc: bus.connection, replicas: config.nats.streamReplicas }

@@ -17,10 +17,18 @@ import { Operations } from './operations.js'
 import { Idempotency } from './idempotency.js'
 import { dialerRoutes } from './routes.js'
 import { Attempts } from './attempts.js'
-import { createProviders } from './providers/index.js'
+import { createProviders, WEBHOOK_REPORTS, WebhookOutcomes, type WebhookReportDoc } from './providers/index.js'
+import type { SessionTransport } from '../engine/transport.js'
 import { ContactControl, registerScheduler, Scheduler } from './scheduler/index.js'
 
-export function createDialer(platform: Platform, options: { idempotencyStore: Store; workers?: boolean }): ServiceModule {
+export interface DialerOptions {
+  idempotencyStore: Store
+  workers?: boolean
+  /** The engine's session transport for the assistant provider (looked up per attempt). */
+  sessionTransport?: () => SessionTransport | undefined
+}
+
+export function createDialer(platform: Platform, options: DialerOptions): ServiceModule {
   const { store, clock } = platform
   const batches = new Batches(store, clock)
   const operations = new Operations(store, clock)
@@ -32,22 +40,29 @@ export function createDialer(platform: Platform, options: { idempotencyStore: St
   const idempotency = new Idempotency(options.idempotencyStore, clock, platform.logger)
   const workers = [loads, lifecycle, imports]
   const attempts = new Attempts(store)
-  const scheduler = new Scheduler(platform, { log, attempts, providers: createProviders(platform.config) })
+  const webhookReports = store.collection<WebhookReportDoc>(WEBHOOK_REPORTS)
+  const providers = createProviders(platform.config, { webhookReports, transport: options.sessionTransport })
+  // Signatures are checked against real time (the sender's clock), not the service clock.
+  const outcomes = new WebhookOutcomes(platform.config.dialer.webhook.secret, attempts.docs, webhookReports, providers.webhook, () => Date.now())
+  const scheduler = new Scheduler(platform, { log, attempts, providers })
   registerScheduler(platform, scheduler)
   const control = new ContactControl(platform, attempts)
 
   return {
     name: 'dialer',
-    routes: dialerRoutes({ platform, batches, loads, contacts: new Contacts(store), lifecycle, operations, log, blocked, imports, idempotency, attempts, control }),
+    routes: dialerRoutes({ platform, batches, loads, contacts: new Contacts(store), lifecycle, operations, log, blocked, imports, idempotency, attempts, control, outcomes }),
     async start() {
       for (const [collection, indexes] of Object.entries(INDEXES)) await store.ensureIndexes(collection, indexes)
       await idempotency.ensureIndexes()
+      await store.ensureIndexes(WEBHOOK_REPORTS, [{ name: 'received_ttl', key: { receivedAt: 1 }, expireAfterSeconds: 7 * 86_400 }])
       if (options.workers !== false) {
         for (const worker of workers) worker.startWorkers()
         scheduler.start(platform.config.dialer.cycleMs)
       }
     },
     async stop() {
+      // Attempts waiting on a webhook report or an assistant session end now (as failed).
+      providers.close()
       await scheduler.stop()
       for (const worker of workers) await worker.stopWorkers()
     },

@@ -16,7 +16,8 @@ import { operationView, type Operations, type LifecycleType } from './operations
 import type { Idempotency } from './idempotency.js'
 import type { Attempts } from './attempts.js'
 import { type ContactControl, emptyProgress } from './scheduler/index.js'
-import { OUTCOMES } from './rules.js'
+import { OUTCOMES, type Outcome } from './rules.js'
+import type { WebhookOutcomes } from './providers/index.js'
 
 const V1 = '/dialer/v1'
 const TAG = 'Dialer'
@@ -34,6 +35,8 @@ export interface DialerServices {
   idempotency: Idempotency
   attempts: Attempts
   control: ContactControl
+  /** Outcomes reported by the webhook provider's receiver. */
+  outcomes: WebhookOutcomes
 }
 
 /** Parses and validates a JSON body against a schema; 400 VALIDATION_FAILED lists every problem. */
@@ -249,6 +252,28 @@ export function dialerRoutes(s: DialerServices): Route[] {
         const outcome = enumParam(ctx.query, 'outcome', OUTCOMES)
         const { limit, offset } = page(ctx)
         return { status: 200, body: await s.attempts.list(batch._id, { outcome }, limit, offset) }
+      },
+    },
+    {
+      method: 'post',
+      path: `${V1}/attempts/:attemptId/outcome`,
+      role: null,
+      tag: TAG,
+      summary: 'Webhook provider callback: the outcome of an attempt (no apikey; HMAC-signed like the attempt POST)',
+      requestSchema: 'dialer.attempt.outcome',
+      requiredHeaders: ['X-Switchboard-Signature', 'X-Switchboard-Timestamp'],
+      responses: {
+        '200': { description: 'Accepted; the attempt ends with this outcome' },
+        '400': { description: 'Invalid body' },
+        '401': { description: 'INVALID_SIGNATURE: missing, stale or wrong signature' },
+        '404': { description: 'No such webhook attempt' },
+        '409': { description: 'ATTEMPT_FINISHED or OUTCOME_ALREADY_REPORTED (the first report wins)' },
+      },
+      handle: async ctx => {
+        // The signature covers the raw bytes: checked before the body is even parsed.
+        s.outcomes.authenticate(ctx.headers, ctx.body)
+        const input = body<{ outcome: Outcome; detail?: string }>(ctx, 'dialer.attempt.outcome')
+        return { status: 200, body: await s.outcomes.report(ctx.params.attemptId!, input.outcome, input.detail ?? null) }
       },
     },
     {

@@ -36,12 +36,26 @@ export interface Config {
     maxInFlightPerBatch: number
     /** Attempts in flight at once per account, over all its batches. */
     maxInFlightPerAccount: number
-    /** Attempts started per account in any 60 s (sliding window), over all its batches; 0 = no limit. */
-    maxAttemptsPerMinutePerAccount: number
     /** The simulated provider: outcome mix ("answered=30,no_answer=40,..."), latency, RNG seed. */
     simulated: { outcomes: string; latencyMs: number; seed: number }
     /** A contact claimed longer ago than this is presumed lost with its scheduler and dialed again. */
     claimTimeoutMs: number
+    /** Provider per batch channel (DIALER_PROVIDERS "phone=simulated,email=webhook"); rules.provider overrides. */
+    providers: Record<'phone' | 'email' | 'whatsapp', 'simulated' | 'webhook' | 'assistant'>
+    /** The webhook provider (dialer/providers/webhook.ts). */
+    webhook: {
+      url?: string
+      secret: string
+      /** Root of the callback URLs given to the receiver; unset: PUBLIC_BASE_URL, else this process. */
+      callbackBaseUrl?: string
+      timeoutMs: number
+      maxTries: number
+      backoffMs: number
+      outcomeTimeoutMs: number
+      pollMs: number
+    }
+    /** The assistant provider: crew of batches without rules.crewId. */
+    assistant: { crewId: string }
   }
   channel: {
     heartbeatMs: number
@@ -151,13 +165,24 @@ export function loadConfig(env: Env = process.env): Config {
       cycleMs: int(env, 'DIALER_CYCLE_MS', 1000, 0),
       maxInFlightPerBatch: int(env, 'DIALER_MAX_IN_FLIGHT_PER_BATCH', 50, 1),
       maxInFlightPerAccount: int(env, 'DIALER_MAX_IN_FLIGHT_PER_ACCOUNT', 200, 1),
-      maxAttemptsPerMinutePerAccount: int(env, 'DIALER_MAX_ATTEMPTS_PER_MINUTE_PER_ACCOUNT', 0, 0),
       simulated: {
         outcomes: env.DIALER_SIM_OUTCOMES || 'answered=35,no_answer=30,busy=15,voicemail=15,failed=5',
         latencyMs: int(env, 'DIALER_SIM_LATENCY_MS', 2000, 0),
         seed: int(env, 'DIALER_SIM_SEED', 1, 0),
       },
       claimTimeoutMs: int(env, 'DIALER_CLAIM_TIMEOUT_MS', 60 * 60_000, 1000),
+      providers: dialerProviders(env),
+      webhook: {
+        url: url(env, 'DIALER_WEBHOOK_URL', ['http', 'https']),
+        secret: env.DIALER_WEBHOOK_SECRET ?? '',
+        callbackBaseUrl: url(env, 'DIALER_WEBHOOK_CALLBACK_URL', ['http', 'https'])?.replace(/\/$/, ''),
+        timeoutMs: int(env, 'DIALER_WEBHOOK_TIMEOUT_MS', 5000, 10),
+        maxTries: int(env, 'DIALER_WEBHOOK_MAX_TRIES', 5, 1),
+        backoffMs: int(env, 'DIALER_WEBHOOK_BACKOFF_MS', 500, 0),
+        outcomeTimeoutMs: int(env, 'DIALER_WEBHOOK_OUTCOME_TIMEOUT_MS', 15 * 60_000, 10),
+        pollMs: int(env, 'DIALER_WEBHOOK_POLL_MS', 1000, 10),
+      },
+      assistant: { crewId: env.DIALER_ASSISTANT_CREW || 'demo' },
     },
     channel: {
       heartbeatMs: int(env, 'SSE_HEARTBEAT_MS', 30_000, 10),
@@ -177,6 +202,22 @@ export function loadConfig(env: Env = process.env): Config {
     reportsFile: env.REPORTS_FILE || 'config/reports.json',
     logLevel: oneOf(env, 'LOG_LEVEL', ['debug', 'info', 'warn', 'error', 'silent'] as const, 'info'),
   }
+}
+
+/** DIALER_PROVIDERS: "channel=provider,..." over the defaults (all simulated); checked at start. */
+function dialerProviders(env: Env): Config['dialer']['providers'] {
+  const providers: Config['dialer']['providers'] = { phone: 'simulated', email: 'simulated', whatsapp: 'simulated' }
+  for (const part of (env.DIALER_PROVIDERS ?? '').split(',').map(p => p.trim()).filter(Boolean)) {
+    const [channel, name] = part.split('=').map(s => s.trim())
+    if (!channel || !(channel in providers)) throw new ConfigError(`DIALER_PROVIDERS: unknown channel "${channel}" (phone, email, whatsapp)`)
+    if (name !== 'simulated' && name !== 'webhook' && name !== 'assistant') throw new ConfigError(`DIALER_PROVIDERS: unknown provider "${name}" for ${channel} (simulated, webhook, assistant)`)
+    if (name === 'assistant' && channel === 'email') throw new ConfigError('DIALER_PROVIDERS: the assistant provider dials phone and whatsapp only')
+    providers[channel as keyof typeof providers] = name
+  }
+  if (Object.values(providers).includes('webhook') && (!env.DIALER_WEBHOOK_URL || !env.DIALER_WEBHOOK_SECRET)) {
+    throw new ConfigError('DIALER_PROVIDERS uses webhook: DIALER_WEBHOOK_URL and DIALER_WEBHOOK_SECRET must be set')
+  }
+  return providers
 }
 
 function randomSecret(): string {

@@ -7,6 +7,8 @@ const PHONE_EXPECTED = 'country code included, digits only, 7 to 15 characters, 
 export const ADDRESS_TYPES = ['phone', 'email', 'whatsapp'] as const
 export const DUPLICATE_STRATEGIES = ['skip', 'merge', 'replace'] as const
 export const CHANNELS = ['phone', 'email', 'whatsapp'] as const
+/** Attempt providers (dialer/providers/). */
+export const PROVIDERS = ['simulated', 'webhook', 'assistant'] as const
 /** Attempt outcomes (dialer/rules.ts). */
 export const OUTCOMES = ['answered', 'delivered', 'voicemail', 'no_answer', 'busy', 'failed'] as const
 
@@ -93,8 +95,10 @@ export const batchRules = {
     blockedDates: { type: 'array', maxItems: 366, items: { type: 'string', format: 'date' } },
     priorityOrder: { type: 'string', enum: ['contactPriority', 'scheduledAt'] },
     finalOutcomes: { type: 'array', uniqueItems: true, items: { type: 'string', enum: OUTCOMES } },
+    provider: { type: 'string', enum: PROVIDERS, 'x-expected': 'simulated, webhook or assistant (assistant: phone and whatsapp batches)' },
+    crewId: { type: 'string', minLength: 1, maxLength: 100 },
+    outboundText: { type: 'string', minLength: 1, maxLength: 2000 },
     maxInFlight: { type: 'integer', minimum: 1, maximum: 10000 },
-    maxAttemptsPerMinute: { type: 'integer', minimum: 1, maximum: 1000000 },
   },
 } as const
 
@@ -143,6 +147,18 @@ export const dialerSchemas = {
       columnMapping,
     },
     dependentRequired: { tempCsvKey: ['columnMapping'], columnMapping: ['tempCsvKey'] },
+    // The assistant provider opens voice/messaging sessions: not for e-mail batches.
+    if: { type: 'object', properties: { rules: { type: 'object', properties: { provider: { const: 'assistant' } }, required: ['provider'] } }, required: ['rules'] },
+    then: { properties: { channel: { enum: ['phone', 'whatsapp'], 'x-code': 'INVALID_PROVIDER', 'x-expected': 'phone or whatsapp with rules.provider assistant' } } },
+  },
+  'dialer.attempt.outcome': {
+    type: 'object',
+    required: ['outcome'],
+    additionalProperties: false,
+    properties: {
+      outcome: { type: 'string', enum: OUTCOMES, 'x-code': 'INVALID_OUTCOME', 'x-expected': OUTCOMES.join(', ') },
+      detail: { type: 'string', maxLength: 1000 },
+    },
   },
   'dialer.contact.reschedule': {
     type: 'object',

@@ -1,0 +1,90 @@
+// The assistant provider: a phone or whatsapp attempt opens an outbound assistant session through
+// the engine's public session transport (in-process, or engine nodes over NATS) and ends when the
+// session does. The session id is the attempt id, so a supervisor can go from an attempt to its
+// session (administration history, whisper, destroy). The crew is rules.crewId or
+// DIALER_ASSISTANT_CREW; the first message is static: rules.outboundText or a default; the
+// contact's customFields are the session's `arguments`. How the session ended decides the outcome:
+//   idle_timeout (nobody spoke within SESSION_IDLE_TIMEOUT_MS) -> no_answer
+//   error                                                       -> failed
+//   anything else (destroyed, finished, admin_destroyed, ...)   -> answered
+// A session that cannot be opened (unknown crew, crew full) is `failed`.
+import { randomUUID } from 'node:crypto'
+import type { SessionTransport, Subscription } from '../../engine/transport.js'
+import type { Outcome } from '../rules.js'
+import type { AttemptRequest, AttemptResult, Provider } from './types.js'
+
+export const DEFAULT_OUTBOUND_TEXT = 'Hello {{name}}, this is an automated call from our contact center. Do you have a minute?'
+
+export interface AssistantRules {
+  crewId?: string
+  outboundText?: string
+}
+
+export function outcomeOfClose(reason: string): Outcome {
+  if (reason === 'idle_timeout') return 'no_answer'
+  if (reason === 'error') return 'failed'
+  return 'answered'
+}
+
+export class AssistantProvider {
+  readonly name = 'assistant'
+  private readonly pending = new Map<string, (result: AttemptResult) => void>()
+
+  constructor(
+    /** The engine's transport; undefined where this process runs no engine (ROLE=worker). */
+    private readonly transport: () => SessionTransport | undefined,
+    private readonly defaultCrewId: string,
+  ) {}
+
+  /** The provider as one batch sees it (its crew and first message). */
+  forBatch(rules: AssistantRules): Provider {
+    return { name: this.name, dial: attempt => this.dial(attempt, rules) }
+  }
+
+  async dial(attempt: AttemptRequest, rules: AssistantRules = {}): Promise<AttemptResult> {
+    if (attempt.channel === 'email') return { outcome: 'failed', detail: 'the assistant provider dials phone and whatsapp only' }
+    const transport = this.transport()
+    if (!transport) return { outcome: 'failed', detail: 'no assistant engine in this process (run the dialer workers with ROLE=all)' }
+    const crewId = rules.crewId ?? this.defaultCrewId
+    const text = (rules.outboundText ?? DEFAULT_OUTBOUND_TEXT).replace(/\{\{name\}\}/g, attempt.name)
+    const sessionId = attempt.attemptId
+    return new Promise<AttemptResult>(resolve => {
+      let subscription: Subscription | undefined
+      let settled = false
+      const settle = (result: AttemptResult) => {
+        if (settled) return
+        settled = true
+        this.pending.delete(attempt.attemptId)
+        subscription?.unsubscribe()
+        resolve(result)
+      }
+      this.pending.set(attempt.attemptId, settle)
+      transport
+        .create(
+          {
+            sessionId,
+            consumerId: randomUUID(),
+            accountId: attempt.accountId,
+            crewId,
+            arguments: { ...attempt.customFields },
+            outbound: { type: 'static', parameters: { text } },
+          },
+          event => {
+            if (event.kind === 'closed') settle({ outcome: outcomeOfClose(event.reason), detail: `session ${sessionId} on crew ${crewId} closed: ${event.reason}` })
+          },
+        )
+        .then(
+          sub => {
+            subscription = sub
+            if (settled) sub.unsubscribe()
+          },
+          error => settle({ outcome: 'failed', detail: `assistant session not opened on crew ${crewId}: ${(error as Error).message}` }),
+        )
+    })
+  }
+
+  /** Service stopping: attempts whose session is still open end as `failed` (the session stays). */
+  close() {
+    for (const settle of [...this.pending.values()]) settle({ outcome: 'failed', detail: 'service stopped before the assistant session ended' })
+  }
+}

@@ -1,0 +1,202 @@
+// The webhook provider: each attempt is POSTed to DIALER_WEBHOOK_URL as JSON, signed with
+// HMAC-SHA256 (X-Switchboard-Signature: sha256=<hex> over "<timestamp>.<raw body>", the
+// timestamp in X-Switchboard-Timestamp, Unix seconds), retried with exponential backoff on network
+// errors, timeouts, 429 and 5xx (DIALER_WEBHOOK_MAX_TRIES in all); any other answer, or running
+// out of tries, ends the attempt as `failed`. A 2xx means "accepted": the outcome comes back later
+// on POST /dialer/v1/attempts/{attemptId}/outcome, signed the same way with the same secret.
+// The report is stored first (`dialer_webhook_reports`, keyed by attempt id: a second report is
+// refused atomically, whichever process receives it) and then handed to the waiting attempt
+// in-process; an attempt waiting in another process finds it by polling the store.
+import { createHmac, timingSafeEqual } from 'node:crypto'
+import { ApiError } from '../../gateway/errors.js'
+import { DuplicateKeyError, type Collection } from '../../platform/store/index.js'
+import type { Outcome } from '../rules.js'
+import type { AttemptRequest, AttemptResult, Provider } from './types.js'
+
+export const WEBHOOK_REPORTS = 'dialer_webhook_reports'
+/** A callback whose timestamp is further than this from now is refused (replays). */
+export const SIGNATURE_TOLERANCE_MS = 5 * 60_000
+
+export interface WebhookReportDoc {
+  _id: string
+  outcome: Outcome
+  detail: string | null
+  receivedAt: Date
+}
+
+export interface WebhookOptions {
+  url?: string
+  secret: string
+  /** Root the callback URLs are built on (…/dialer/v1/attempts/{id}/outcome). */
+  callbackBaseUrl: string
+  /** Per-request timeout. */
+  timeoutMs: number
+  /** Deliveries in all (the first one included). */
+  maxTries: number
+  /** Wait before the 2nd try; doubled before each further one. */
+  backoffMs: number
+  /** How long an accepted attempt waits for its outcome before it is `failed`. */
+  outcomeTimeoutMs: number
+  /** How often a waiting attempt looks in the store for a report received by another process. */
+  pollMs: number
+}
+
+/** "sha256=<hex>" of HMAC-SHA256(secret, "<timestamp>.<body>"). */
+export function signWebhook(secret: string, timestamp: string, body: string | Buffer): string {
+  return `sha256=${createHmac('sha256', secret).update(`${timestamp}.`).update(body).digest('hex')}`
+}
+
+/** null when the signature and timestamp are good, else why not. */
+export function checkSignature(secret: string, headers: Record<string, string | undefined>, body: Buffer, now: number): string | null {
+  const signature = headers['x-switchboard-signature']
+  const timestamp = headers['x-switchboard-timestamp']
+  if (!signature || !timestamp) return 'X-Switchboard-Signature and X-Switchboard-Timestamp are required'
+  if (!/^\d{1,12}$/.test(timestamp)) return 'X-Switchboard-Timestamp must be Unix seconds'
+  if (Math.abs(now - Number(timestamp) * 1000) > SIGNATURE_TOLERANCE_MS) return 'X-Switchboard-Timestamp is more than 5 minutes away from now'
+  const expected = Buffer.from(signWebhook(secret, timestamp, body))
+  const given = Buffer.from(signature)
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) return 'the signature does not match'
+  return null
+}
+
+const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, Math.max(0, ms)).unref())
+
+class Permanent extends Error {}
+
+export class WebhookProvider implements Provider {
+  readonly name = 'webhook'
+  private readonly waiters = new Map<string, (result: AttemptResult) => void>()
+
+  constructor(
+    private readonly options: WebhookOptions,
+    private readonly reports?: Collection<WebhookReportDoc>,
+  ) {}
+
+  callbackUrl(attemptId: string) {
+    return `${this.options.callbackBaseUrl.replace(/\/$/, '')}/dialer/v1/attempts/${attemptId}/outcome`
+  }
+
+  async dial(attempt: AttemptRequest): Promise<AttemptResult> {
+    if (!this.options.url) throw new Error('DIALER_WEBHOOK_URL is not set')
+    const body = JSON.stringify({
+      attemptId: attempt.attemptId,
+      batchId: attempt.batchId,
+      contactId: attempt.contactId,
+      identifier: attempt.identifier,
+      address: attempt.address.address,
+      type: attempt.address.type,
+      customFields: attempt.customFields,
+      callbackUrl: this.callbackUrl(attempt.attemptId),
+    })
+    // Listen before sending: a receiver may report before its answer to the POST arrives.
+    const reported = new Promise<AttemptResult>(resolve => this.waiters.set(attempt.attemptId, resolve))
+    try {
+      let tries: number
+      try {
+        tries = await this.deliver(attempt.attemptId, body)
+      } catch (error) {
+        return { outcome: 'failed', detail: `webhook not delivered: ${(error as Error).message}` }
+      }
+      return await this.awaitOutcome(attempt.attemptId, reported, tries)
+    } finally {
+      this.waiters.delete(attempt.attemptId)
+    }
+  }
+
+  /** POSTs until a 2xx (resolves with the number of tries), a permanent refusal or the last try. */
+  private async deliver(attemptId: string, body: string): Promise<number> {
+    const { url, secret, timeoutMs, maxTries, backoffMs } = this.options
+    let last = ''
+    for (let n = 1; n <= maxTries; n++) {
+      if (n > 1) await sleep(backoffMs * 2 ** (n - 2))
+      const timestamp = String(Math.floor(Date.now() / 1000))
+      try {
+        const res = await fetch(url!, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'x-switchboard-timestamp': timestamp,
+            'x-switchboard-signature': signWebhook(secret, timestamp, body),
+            'x-switchboard-attempt-id': attemptId,
+            'x-switchboard-delivery': String(n),
+          },
+          body,
+          signal: AbortSignal.timeout(timeoutMs),
+        })
+        await res.arrayBuffer().catch(() => undefined)
+        if (res.ok) return n
+        last = `HTTP ${res.status}`
+        if (res.status < 500 && res.status !== 429) throw new Permanent(`refused with HTTP ${res.status}`)
+      } catch (error) {
+        if (error instanceof Permanent) throw error
+        const e = error as Error & { cause?: { code?: string } }
+        last = e.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : e.cause?.code ?? e.message
+      }
+    }
+    throw new Error(`gave up after ${maxTries} tries (last: ${last})`)
+  }
+
+  private async awaitOutcome(attemptId: string, reported: Promise<AttemptResult>, tries: number): Promise<AttemptResult> {
+    const { outcomeTimeoutMs, pollMs } = this.options
+    const deadline = Date.now() + outcomeTimeoutMs
+    for (;;) {
+      const left = deadline - Date.now()
+      const result = await Promise.race([reported, sleep(Math.min(pollMs, left)).then(() => null)])
+      if (result) return result
+      const doc = await this.reports?.findOne({ _id: attemptId })
+      if (doc) return { outcome: doc.outcome, detail: doc.detail ?? 'reported by webhook' }
+      if (Date.now() >= deadline) return { outcome: 'failed', detail: `webhook accepted the attempt (try ${tries}) but reported no outcome within ${outcomeTimeoutMs} ms` }
+    }
+  }
+
+  /** A report received by this process: the waiting attempt (if it runs here) ends now. */
+  deliverReport(attemptId: string, result: AttemptResult) {
+    this.waiters.get(attemptId)?.(result)
+  }
+
+  /** Service stopping: attempts still waiting for their outcome end as `failed`. */
+  close() {
+    for (const settle of this.waiters.values()) settle({ outcome: 'failed', detail: 'service stopped before the webhook reported an outcome' })
+  }
+}
+
+interface AttemptLookup {
+  findOne(filter: { _id: string }): Promise<{ provider: string; outcome: Outcome | null } | null>
+}
+
+/** The callback endpoint's logic: signature, attempt state, one report per attempt. */
+export class WebhookOutcomes {
+  constructor(
+    private readonly secret: string,
+    private readonly attempts: AttemptLookup,
+    private readonly reports: Collection<WebhookReportDoc>,
+    private readonly provider: WebhookProvider | undefined,
+    private readonly now: () => number,
+  ) {}
+
+  /** Throws 401 unless the raw body is signed with DIALER_WEBHOOK_SECRET. */
+  authenticate(headers: Record<string, string | undefined>, body: Buffer) {
+    if (!this.secret) throw new ApiError(401, 'INVALID_SIGNATURE', 'Webhook outcomes are not accepted: DIALER_WEBHOOK_SECRET is not set')
+    const problem = checkSignature(this.secret, headers, body, this.now())
+    if (problem) throw new ApiError(401, 'INVALID_SIGNATURE', `The callback is not signed correctly: ${problem}`)
+  }
+
+  async report(attemptId: string, outcome: Outcome, detail: string | null) {
+    const attempt = await this.attempts.findOne({ _id: attemptId })
+    if (!attempt || attempt.provider !== 'webhook') throw new ApiError(404, 'ATTEMPT_NOT_FOUND', `No webhook attempt ${attemptId}`)
+    const previous = () => this.reports.findOne({ _id: attemptId })
+    if (attempt.outcome !== null) {
+      const earlier = await previous()
+      throw new ApiError(409, 'ATTEMPT_FINISHED', 'The attempt already has its outcome', { outcome: attempt.outcome, reported: earlier ? earlier.outcome : null })
+    }
+    try {
+      await this.reports.insertOne({ _id: attemptId, outcome, detail, receivedAt: new Date(this.now()) })
+    } catch (error) {
+      if (!(error instanceof DuplicateKeyError)) throw error
+      const earlier = await previous()
+      throw new ApiError(409, 'OUTCOME_ALREADY_REPORTED', 'An outcome was already reported for this attempt', { outcome: earlier?.outcome ?? null })
+    }
+    this.provider?.deliverReport(attemptId, { outcome, detail: detail ?? 'reported by webhook' })
+    return { attemptId, outcome, detail, status: 'accepted' }
+  }
+}

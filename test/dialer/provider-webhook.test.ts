@@ -1,0 +1,279 @@
+// The webhook provider against a real HTTP receiver on 127.0.0.1: the attempt POST and its
+// HMAC signature, the outcome posted back to the callback URL, retries with backoff (a receiver
+// that fails twice), a bounded failure (a receiver that never answers), a refusal (4xx), and the
+// callback endpoint's authentication (bad, missing, stale signature) and idempotency (409).
+import t from 'tap'
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import { createServer as createNetServer } from 'node:net'
+import type { AddressInfo } from 'node:net'
+import { call, STORES, startTestService } from '../support/harness.js'
+import { contact, createBatch, load, phone, waitForOperation } from '../support/dialer.js'
+import { schedulerOf } from '../../dialer/scheduler/index.js'
+import { signWebhook } from '../../dialer/providers/index.js'
+import { loadConfig } from '../../platform/config.js'
+
+const SECRET = 'test-webhook-secret-0123456789abcdef'
+
+interface Delivery {
+  headers: IncomingMessage['headers']
+  raw: string
+  body: any
+  signatureOk: boolean
+}
+
+type Handler = (delivery: Delivery, res: ServerResponse) => void
+
+/** A receiver that checks every delivery's signature and lets each test decide the answer. */
+async function startReceiver(t: { teardown(fn: () => unknown): void }) {
+  const deliveries: Delivery[] = []
+  let handler: Handler = (_d, res) => res.writeHead(200).end()
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', c => chunks.push(c))
+    req.on('end', () => {
+      const raw = Buffer.concat(chunks).toString('utf8')
+      const timestamp = String(req.headers['x-switchboard-timestamp'])
+      const signatureOk = req.headers['x-switchboard-signature'] === signWebhook(SECRET, timestamp, raw)
+      const delivery = { headers: req.headers, raw, body: JSON.parse(raw), signatureOk }
+      deliveries.push(delivery)
+      handler(delivery, res)
+    })
+  })
+  await new Promise<void>(r => server.listen(0, '127.0.0.1', r))
+  t.teardown(
+    () =>
+      new Promise<void>(r => {
+        server.closeAllConnections()
+        server.close(() => r())
+      }),
+  )
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/attempts`,
+    deliveries,
+    on(next: Handler) {
+      handler = next
+      deliveries.length = 0
+    },
+  }
+}
+
+/** Posts an outcome to a callback URL the way a receiver does: signed over "<timestamp>.<body>". */
+async function report(callbackUrl: string, body: unknown, options: { secret?: string; timestamp?: number; headers?: Record<string, string> } = {}) {
+  const raw = JSON.stringify(body)
+  const timestamp = String(options.timestamp ?? Math.floor(Date.now() / 1000))
+  const res = await fetch(callbackUrl, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'x-switchboard-timestamp': timestamp,
+      'x-switchboard-signature': signWebhook(options.secret ?? SECRET, timestamp, raw),
+      ...options.headers,
+    },
+    body: raw,
+  })
+  const text = await res.text()
+  return { status: res.status, json: text ? JSON.parse(text) : undefined }
+}
+
+async function freePort(): Promise<number> {
+  const server = createNetServer()
+  await new Promise<void>(r => server.listen(0, '127.0.0.1', r))
+  const { port } = server.address() as AddressInfo
+  await new Promise<void>(r => server.close(() => r()))
+  return port
+}
+
+async function start(base: string, batchId: string) {
+  const res = await call(base, 'POST', `/dialer/v1/batches/${batchId}/start`)
+  if (res.status !== 202) throw new Error(`start: ${res.status} ${res.text}`)
+  await waitForOperation(base, res.json.operationId)
+}
+
+const attemptsOf = async (base: string, batchId: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts`)).json.data
+const contactsOf = async (base: string, batchId: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/contacts`)).json.data
+
+for (const store of STORES) {
+  t.test(`webhook provider on the ${store} store`, async t => {
+    const receiver = await startReceiver(t)
+    // A known port, so the callback URLs the service builds (http://127.0.0.1:PORT/...) are right.
+    const port = await freePort()
+    const { base, service } = await startTestService(t, {
+      store,
+      env: {
+        PORT: String(port),
+        DIALER_CYCLE_MS: '0',
+        DIALER_SIM_LATENCY_MS: '0',
+        DIALER_PROVIDERS: 'phone=webhook',
+        DIALER_WEBHOOK_URL: receiver.url,
+        DIALER_WEBHOOK_SECRET: SECRET,
+        DIALER_WEBHOOK_TIMEOUT_MS: '300',
+        DIALER_WEBHOOK_MAX_TRIES: '3',
+        DIALER_WEBHOOK_BACKOFF_MS: '50',
+        DIALER_WEBHOOK_POLL_MS: '50',
+        DIALER_WEBHOOK_OUTCOME_TIMEOUT_MS: '400',
+      },
+    })
+    const scheduler = schedulerOf(service.platform)
+    const cycle = async () => {
+      const report = await scheduler.runCycle()
+      await scheduler.drain()
+      return report
+    }
+
+    t.test('a signed POST per attempt; the outcome comes back on the callback; a second report is 409', async t => {
+      const callbacks: Promise<{ status: number; json: any }>[] = []
+      receiver.on((d, res) => {
+        res.writeHead(202).end()
+        // Reported after the answer, as a real dialing platform would.
+        callbacks.push(report(d.body.callbackUrl, { outcome: 'answered', detail: 'talked 42 s' }))
+      })
+      const batchId = await createBatch(base)
+      await load(base, batchId, { contacts: [contact(1, { customFields: { plan: 'gold', vip: true } })] })
+      await start(base, batchId)
+      t.equal((await cycle()).claimed, 1)
+
+      t.equal(receiver.deliveries.length, 1)
+      const [d] = receiver.deliveries
+      t.ok(d!.signatureOk, 'the signature verifies with the shared secret')
+      t.match(d!.headers, { 'content-type': 'application/json', 'x-switchboard-delivery': '1', 'x-switchboard-signature': /^sha256=[0-9a-f]{64}$/ })
+      const [attempt] = await attemptsOf(base, batchId)
+      const [c] = await contactsOf(base, batchId)
+      t.same(d!.body, {
+        attemptId: attempt.attemptId,
+        batchId,
+        contactId: c.contactId,
+        identifier: 'c1',
+        address: phone(1),
+        type: 'phone',
+        customFields: { plan: 'gold', vip: true },
+        callbackUrl: `http://127.0.0.1:${port}/dialer/v1/attempts/${attempt.attemptId}/outcome`,
+      })
+      t.match(await callbacks[0], { status: 200, json: { attemptId: attempt.attemptId, outcome: 'answered', status: 'accepted' } })
+      t.match(attempt, { provider: 'webhook', outcome: 'answered', detail: 'talked 42 s' })
+      t.match(c, { state: 'done' })
+
+      const again = await report(d!.body.callbackUrl, { outcome: 'busy' })
+      t.equal(again.status, 409, 'a finished attempt takes no second report')
+      t.match(again.json, { code: 'ATTEMPT_FINISHED', outcome: 'answered' })
+    })
+
+    t.test('5xx twice, then accepted: retried with backoff', async t => {
+      const times: number[] = []
+      receiver.on((d, res) => {
+        times.push(Date.now())
+        if (receiver.deliveries.length <= 2) return void res.writeHead(503).end()
+        res.writeHead(200).end()
+        void report(d.body.callbackUrl, { outcome: 'busy' })
+      })
+      const batchId = await createBatch(base)
+      await load(base, batchId, { contacts: [contact(2)] })
+      await start(base, batchId)
+      await cycle()
+      t.equal(receiver.deliveries.length, 3)
+      t.same(receiver.deliveries.map(d => d.headers['x-switchboard-delivery']), ['1', '2', '3'])
+      t.ok(receiver.deliveries.every(d => d.signatureOk && d.raw === receiver.deliveries[0]!.raw), 'the same signed body each time')
+      t.ok(times[1]! - times[0]! >= 45, `1st backoff ${times[1]! - times[0]!} ms`)
+      t.ok(times[2]! - times[1]! >= 95, `2nd backoff doubled: ${times[2]! - times[1]!} ms`)
+      const [attempt] = await attemptsOf(base, batchId)
+      t.match(attempt, { outcome: 'busy' })
+      const [c] = await contactsOf(base, batchId)
+      t.match(c, { state: 'pending', attempts: 1 }, 'busy is retried later')
+    })
+
+    t.test('a receiver that never answers: bounded tries, then failed', async t => {
+      receiver.on(() => undefined) // holds every request open
+      const batchId = await createBatch(base)
+      await load(base, batchId, { contacts: [contact(3)] })
+      await start(base, batchId)
+      const started = Date.now()
+      await cycle()
+      const took = Date.now() - started
+      t.equal(receiver.deliveries.length, 3, 'DIALER_WEBHOOK_MAX_TRIES')
+      t.ok(took < 3000, `gave up in ${took} ms`)
+      const [attempt] = await attemptsOf(base, batchId)
+      t.match(attempt, { outcome: 'failed', detail: /webhook not delivered: gave up after 3 tries \(last: no answer within 300 ms\)/ })
+    })
+
+    t.test('a 4xx refusal is not retried; an accepted attempt without a report times out as failed', async t => {
+      receiver.on((_d, res) => res.writeHead(422).end())
+      const batchId = await createBatch(base)
+      await load(base, batchId, { contacts: [contact(4)] })
+      await start(base, batchId)
+      await cycle()
+      t.equal(receiver.deliveries.length, 1)
+      t.match((await attemptsOf(base, batchId))[0], { outcome: 'failed', detail: /refused with HTTP 422/ })
+
+      receiver.on((_d, res) => res.writeHead(200).end())
+      const silent = await createBatch(base)
+      await load(base, silent, { contacts: [contact(5)] })
+      await start(base, silent)
+      await cycle()
+      const [attempt] = await attemptsOf(base, silent)
+      t.match(attempt, { outcome: 'failed', detail: /reported no outcome within 400 ms/ })
+      const late = await report(receiver.deliveries[0]!.body.callbackUrl, { outcome: 'answered' })
+      t.match(late, { status: 409, json: { code: 'ATTEMPT_FINISHED', outcome: 'failed' } })
+    })
+
+    t.test('the callback is authenticated by the signature, not an apikey', async t => {
+      let callbackUrl = ''
+      let release: () => void = () => undefined
+      const accepted = new Promise<void>(r => (release = r))
+      receiver.on((d, res) => {
+        callbackUrl = d.body.callbackUrl
+        res.writeHead(200).end()
+        release()
+      })
+      const batchId = await createBatch(base)
+      await load(base, batchId, { contacts: [contact(6)] })
+      await start(base, batchId)
+      await scheduler.runCycle()
+      await accepted
+
+      const wrongSecret = await report(callbackUrl, { outcome: 'answered' }, { secret: 'not-the-secret' })
+      t.match(wrongSecret, { status: 401, json: { code: 'INVALID_SIGNATURE', message: /does not match/ } })
+      const tampered = await fetch(callbackUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-switchboard-timestamp': '1', 'x-switchboard-signature': signWebhook(SECRET, '1', '{"outcome":"answered"}') },
+        body: '{"outcome":"answered"}',
+      })
+      t.equal(tampered.status, 401, 'a stale timestamp (replay) is refused')
+      const bare = await call(base, 'POST', new URL(callbackUrl).pathname, { body: { outcome: 'answered' } })
+      t.match(bare, { status: 401, json: { code: 'INVALID_SIGNATURE' } }, 'an apikey is no substitute')
+      const badBody = await report(callbackUrl, { outcome: 'hung_up' })
+      t.equal(badBody.status, 400)
+      const unknown = await report(callbackUrl.replace(/attempts\/[^/]+/, 'attempts/00000000-0000-4000-8000-000000000000'), { outcome: 'answered' })
+      t.match(unknown, { status: 404, json: { code: 'ATTEMPT_NOT_FOUND' } })
+      t.equal((await attemptsOf(base, batchId))[0].outcome, null, 'still in flight after the refused reports')
+
+      const [first, second] = await Promise.all([report(callbackUrl, { outcome: 'voicemail' }), report(callbackUrl, { outcome: 'answered' })])
+      t.same([first.status, second.status].sort(), [200, 409], 'of two racing reports exactly one is taken')
+      await scheduler.drain()
+      const winner = first.status === 200 ? 'voicemail' : 'answered'
+      t.match((await attemptsOf(base, batchId))[0], { outcome: winner })
+    })
+
+    t.test('rules.provider overrides the channel mapping', async t => {
+      receiver.on((_d, res) => res.writeHead(500).end())
+      const batchId = await createBatch(base, { rules: { provider: 'simulated' } })
+      await load(base, batchId, { contacts: [contact(7, { customFields: { simulatedOutcomes: 'answered' } })] })
+      await start(base, batchId)
+      await cycle()
+      t.equal(receiver.deliveries.length, 0)
+      t.match((await attemptsOf(base, batchId))[0], { provider: 'simulated', outcome: 'answered' })
+      const refused = await call(base, 'POST', '/dialer/v1/batches', { body: { name: 'x', channel: 'email', duplicateStrategy: 'merge', rules: { provider: 'assistant' } } })
+      t.equal(refused.status, 400, 'no assistant on an e-mail batch')
+      const unknown = await call(base, 'POST', '/dialer/v1/batches', { body: { name: 'x', channel: 'phone', duplicateStrategy: 'merge', rules: { provider: 'carrier-pigeon' } } })
+      t.equal(unknown.status, 400)
+    })
+  })
+}
+
+t.test('DIALER_PROVIDERS is checked at start', async t => {
+  t.same(loadConfig({}).dialer.providers, { phone: 'simulated', email: 'simulated', whatsapp: 'simulated' })
+  t.same(loadConfig({ DIALER_PROVIDERS: 'phone=assistant, whatsapp=assistant' }).dialer.providers, { phone: 'assistant', email: 'simulated', whatsapp: 'assistant' })
+  t.throws(() => loadConfig({ DIALER_PROVIDERS: 'fax=simulated' }), /unknown channel "fax"/)
+  t.throws(() => loadConfig({ DIALER_PROVIDERS: 'phone=pigeon' }), /unknown provider "pigeon"/)
+  t.throws(() => loadConfig({ DIALER_PROVIDERS: 'email=assistant' }), /phone and whatsapp only/)
+  t.throws(() => loadConfig({ DIALER_PROVIDERS: 'email=webhook' }), /DIALER_WEBHOOK_URL and DIALER_WEBHOOK_SECRET/)
+  t.throws(() => loadConfig({ DIALER_PROVIDERS: 'email=webhook', DIALER_WEBHOOK_URL: 'ftp://x', DIALER_WEBHOOK_SECRET: 's' }), /DIALER_WEBHOOK_URL must use/)
+})
