@@ -36,6 +36,8 @@ export interface Config {
     maxInFlightPerBatch: number
     /** Attempts in flight at once per account, over all its batches. */
     maxInFlightPerAccount: number
+    /** Attempts started per account in any 60 s (sliding window), over all its batches; 0 = no limit. */
+    maxAttemptsPerMinutePerAccount: number
     /** The simulated provider: outcome mix ("answered=30,no_answer=40,..."), latency, RNG seed. */
     simulated: { outcomes: string; latencyMs: number; seed: number }
     /** A contact claimed longer ago than this is presumed lost with its scheduler and dialed again. */
@@ -165,6 +167,7 @@ export function loadConfig(env: Env = process.env): Config {
       cycleMs: int(env, 'DIALER_CYCLE_MS', 1000, 0),
       maxInFlightPerBatch: int(env, 'DIALER_MAX_IN_FLIGHT_PER_BATCH', 50, 1),
       maxInFlightPerAccount: int(env, 'DIALER_MAX_IN_FLIGHT_PER_ACCOUNT', 200, 1),
+      maxAttemptsPerMinutePerAccount: int(env, 'DIALER_MAX_ATTEMPTS_PER_MINUTE_PER_ACCOUNT', 0, 0),
       simulated: {
         outcomes: env.DIALER_SIM_OUTCOMES || 'answered=35,no_answer=30,busy=15,voicemail=15,failed=5',
         latencyMs: int(env, 'DIALER_SIM_LATENCY_MS', 2000, 0),

@@ -99,6 +99,7 @@ export const batchRules = {
     crewId: { type: 'string', minLength: 1, maxLength: 100 },
     outboundText: { type: 'string', minLength: 1, maxLength: 2000 },
     maxInFlight: { type: 'integer', minimum: 1, maximum: 10000 },
+    maxAttemptsPerMinute: { type: 'integer', minimum: 1, maximum: 1000000 },
   },
 } as const
 

@@ -13,8 +13,10 @@
 //      either a retry time or `done`;
 //   5. marks the batch `completed` (log entry by `system`) when nothing is left to dial.
 // Pacing: attempts in flight per batch (config, lowered by rules.maxInFlight) and per account,
-// counted in the store so every scheduler sees the same numbers (two schedulers claiming in the
-// same instant may overshoot by what each claims in that instant).
+// and attempts started per minute per batch (rules.maxAttemptsPerMinute) and per account
+// (DIALER_MAX_ATTEMPTS_PER_MINUTE_PER_ACCOUNT): a sliding 60 s window over the attempts'
+// startedAt. All counted in the store so every scheduler sees the same numbers (two schedulers
+// claiming in the same instant may overshoot by what each claims in that instant).
 // Stopping a batch stops new claims at once (the status is re-read before every round of
 // claims); attempts in flight finish and are recorded.
 import type { Platform } from '../../platform/index.js'
@@ -31,6 +33,14 @@ import { addressKey, afterOutcome, type BatchRules, blockKey, dialability, type 
 const MAX_ROUNDS = 8
 /** A contact with no allowed time within a year is looked at again after a day. */
 const NO_WINDOW_RECHECK_MS = 24 * 60 * 60_000
+/** The per-minute pacing window: attempts started in the last 60 s (sliding). */
+const RATE_WINDOW_MS = 60_000
+
+/** The batch rules the scheduler reads, with the per-minute pacing rule (schemas/dialer.ts). */
+type PacingRules = BatchRules & {
+  /** Attempts of this batch started in any 60 s (sliding window); the account limit applies as well. */
+  maxAttemptsPerMinute?: number
+}
 
 export interface CycleReport {
   batches: number
@@ -106,6 +116,7 @@ export class Scheduler {
     await this.recoverExpiredClaims(now)
     const running = await this.batchDocs.find({ status: 'running' }, { sort: { createdAt: 1, _id: 1 } })
     const accountInFlight = new Map<string, number>()
+    const accountStarted = new Map<string, number>()
     // Batches of one account share its room: each gets an even share of what is left.
     const batchesLeft = new Map<string, number>()
     for (const batch of running) batchesLeft.set(batch.accountId, (batchesLeft.get(batch.accountId) ?? 0) + 1)
@@ -113,7 +124,7 @@ export class Scheduler {
       report.batches++
       const share = batchesLeft.get(batch.accountId)!
       batchesLeft.set(batch.accountId, share - 1)
-      await this.selectBatch(batch, now, accountInFlight, share, report)
+      await this.selectBatch(batch, now, { inFlight: accountInFlight, started: accountStarted }, share, report)
       if (await this.completeIfDone(batch)) report.completed.push(batch._id)
     }
     return report
@@ -139,9 +150,16 @@ export class Scheduler {
     }
   }
 
-  private async selectBatch(batch: BatchDoc, now: number, accountInFlight: Map<string, number>, share: number, report: CycleReport) {
+  private async selectBatch(
+    batch: BatchDoc,
+    now: number,
+    account: { inFlight: Map<string, number>; started: Map<string, number> },
+    share: number,
+    report: CycleReport,
+  ) {
     const { config } = this.platform
-    const rules = (batch.rules ?? {}) as BatchRules
+    const accountInFlight = account.inFlight
+    const rules = (batch.rules ?? {}) as PacingRules
     const batchLimit = Math.min(config.dialer.maxInFlightPerBatch, rules.maxInFlight ?? Infinity)
     const accountLimit = config.dialer.maxInFlightPerAccount
     let batchBusy = await this.contacts.countDocuments({ batchId: batch._id, state: 'in_progress' })
@@ -152,10 +170,27 @@ export class Scheduler {
       rules.priorityOrder === 'scheduledAt' ? { nextAttemptAt: 1, priorityRank: 1, _id: 1 } : { priorityRank: 1, nextAttemptAt: 1, _id: 1 }
     const dueBy = new Date(now)
     const accountShare = Math.ceil((accountLimit - accountInFlight.get(batch.accountId)!) / share)
+    // Per minute: attempts started in (now - 60 s, now], counted only when a limit is set.
+    const windowStart = new Date(now - RATE_WINDOW_MS)
+    const batchRate = rules.maxAttemptsPerMinute ?? Infinity
+    const accountRate = config.dialer.maxAttemptsPerMinutePerAccount || Infinity
+    let batchStarted = Number.isFinite(batchRate) ? await this.deps.attempts.docs.countDocuments({ batchId: batch._id, startedAt: { $gt: windowStart } }) : 0
+    if (Number.isFinite(accountRate) && !account.started.has(batch.accountId)) {
+      account.started.set(batch.accountId, await this.deps.attempts.docs.countDocuments({ accountId: batch.accountId, startedAt: { $gt: windowStart } }))
+    }
+    const accountStarted = () => account.started.get(batch.accountId) ?? 0
+    const accountRateShare = Math.ceil((accountRate - accountStarted()) / share)
     let claimedHere = 0
 
     for (let round = 0; round < MAX_ROUNDS; round++) {
-      const room = Math.min(batchLimit - batchBusy, accountShare - claimedHere, accountLimit - accountInFlight.get(batch.accountId)!)
+      const room = Math.min(
+        batchLimit - batchBusy,
+        accountShare - claimedHere,
+        accountLimit - accountInFlight.get(batch.accountId)!,
+        batchRate - batchStarted,
+        accountRateShare - claimedHere,
+        accountRate - accountStarted(),
+      )
       if (room <= 0 || this.stopped) return
       const due = await this.contacts.find({ batchId: batch._id, state: 'pending', nextAttemptAt: { $lte: dueBy } }, { sort, limit: room })
       if (due.length === 0) return
@@ -183,6 +218,8 @@ export class Scheduler {
         batchBusy++
         claimedHere++
         accountInFlight.set(batch.accountId, accountInFlight.get(batch.accountId)! + 1)
+        batchStarted++
+        account.started.set(batch.accountId, accountStarted() + 1)
         report.claimed++
         await this.dispatch(batch, claimed, verdict.address, now)
       }
