@@ -70,6 +70,15 @@ export class NatsSessionTransport implements SessionTransport {
     return msg.json<Reply>()
   }
 
+  /** The subscription is known to the server; disconnected (NATS restarting) = 503, not a 500. */
+  private async flushed() {
+    try {
+      await this.nc.flush()
+    } catch (error) {
+      throw this.failure(error)
+    }
+  }
+
   private listen(sessionId: string, listener: TransportListener): NatsSubscription {
     return this.nc.subscribe(eventsSubject(sessionId), {
       callback: (error, msg) => {
@@ -87,7 +96,7 @@ export class NatsSessionTransport implements SessionTransport {
     // Subscribed (and known to the server) before the node can publish the first event.
     const sub = this.listen(request.sessionId, listener)
     try {
-      await this.nc.flush()
+      await this.flushed()
       const tried = new Set<string>()
       for (let attempt = 0; attempt < 4; attempt++) {
         const node = this.directory.leastLoaded(tried)
@@ -121,7 +130,7 @@ export class NatsSessionTransport implements SessionTransport {
   async subscribe(target: SessionTarget, listener: TransportListener): Promise<Subscription> {
     const sub = this.listen(target.sessionId, listener)
     try {
-      await this.nc.flush()
+      await this.flushed()
       await this.send({ target }) // 404 unless it exists for this account; restores it if needed
       return { unsubscribe: () => sub.unsubscribe() }
     } catch (error) {
