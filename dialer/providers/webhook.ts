@@ -66,6 +66,7 @@ class Permanent extends Error {}
 export class WebhookProvider implements Provider {
   readonly name = 'webhook'
   private readonly waiters = new Map<string, (result: AttemptResult) => void>()
+  private closed = false
 
   constructor(
     private readonly options: WebhookOptions,
@@ -90,12 +91,15 @@ export class WebhookProvider implements Provider {
     })
     // Listen before sending: a receiver may report before its answer to the POST arrives.
     const reported = new Promise<AttemptResult>(resolve => this.waiters.set(attempt.attemptId, resolve))
+    let early: AttemptResult | undefined
+    void reported.then(result => (early = result))
     try {
       let tries: number
       try {
         tries = await this.deliver(attempt.attemptId, body)
       } catch (error) {
-        return { outcome: 'failed', detail: `webhook not delivered: ${(error as Error).message}` }
+        // A receiver that reported (or a stop) before its POST finally failed: that result counts.
+        return early ?? { outcome: 'failed', detail: `webhook not delivered: ${(error as Error).message}` }
       }
       return await this.awaitOutcome(attempt.attemptId, reported, tries)
     } finally {
@@ -109,6 +113,7 @@ export class WebhookProvider implements Provider {
     let last = ''
     for (let n = 1; n <= maxTries; n++) {
       if (n > 1) await sleep(backoffMs * 2 ** (n - 2))
+      if (this.closed) throw new Error(`service stopping (after ${n - 1} tries, last: ${last})`)
       const timestamp = String(Math.floor(Date.now() / 1000))
       try {
         const res = await fetch(url!, {
@@ -156,6 +161,7 @@ export class WebhookProvider implements Provider {
 
   /** Service stopping: attempts still waiting for their outcome end as `failed`. */
   close() {
+    this.closed = true
     for (const settle of this.waiters.values()) settle({ outcome: 'failed', detail: 'service stopped before the webhook reported an outcome' })
   }
 }

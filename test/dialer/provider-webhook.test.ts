@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net'
 import { call, STORES, startTestService } from '../support/harness.js'
 import { contact, createBatch, load, phone, waitForOperation } from '../support/dialer.js'
 import { schedulerOf } from '../../dialer/scheduler/index.js'
-import { signWebhook } from '../../dialer/providers/index.js'
+import { signWebhook, WebhookProvider } from '../../dialer/providers/index.js'
 import { loadConfig } from '../../platform/config.js'
 
 const SECRET = 'test-webhook-secret-0123456789abcdef'
@@ -110,7 +110,7 @@ for (const store of STORES) {
         DIALER_WEBHOOK_MAX_TRIES: '3',
         DIALER_WEBHOOK_BACKOFF_MS: '50',
         DIALER_WEBHOOK_POLL_MS: '50',
-        DIALER_WEBHOOK_OUTCOME_TIMEOUT_MS: '400',
+        DIALER_WEBHOOK_OUTCOME_TIMEOUT_MS: '2000',
       },
     })
     const scheduler = schedulerOf(service.platform)
@@ -209,7 +209,7 @@ for (const store of STORES) {
       await start(base, silent)
       await cycle()
       const [attempt] = await attemptsOf(base, silent)
-      t.match(attempt, { outcome: 'failed', detail: /reported no outcome within 400 ms/ })
+      t.match(attempt, { outcome: 'failed', detail: /reported no outcome within 2000 ms/ })
       const late = await report(receiver.deliveries[0]!.body.callbackUrl, { outcome: 'answered' })
       t.match(late, { status: 409, json: { code: 'ATTEMPT_FINISHED', outcome: 'failed' } })
     })
@@ -267,6 +267,40 @@ for (const store of STORES) {
     })
   })
 }
+
+t.test('stopping the service ends an attempt still being retried, without further tries', async t => {
+  const receiver = await startReceiver(t)
+  receiver.on((_d, res) => res.writeHead(503).end())
+  const provider = new WebhookProvider({
+    url: receiver.url,
+    secret: SECRET,
+    callbackBaseUrl: 'http://127.0.0.1:1',
+    timeoutMs: 1000,
+    maxTries: 10,
+    backoffMs: 150,
+    outcomeTimeoutMs: 60_000,
+    pollMs: 1000,
+  })
+  const started = Date.now()
+  const pending = provider.dial({
+    attemptId: 'a1',
+    accountId: 'acme',
+    batchId: 'b',
+    contactId: 'c',
+    identifier: 'c1',
+    channel: 'phone',
+    address: { address: phone(1), type: 'phone', priority: 1 },
+    attemptNumber: 1,
+    name: 'x',
+    customFields: {},
+  })
+  await new Promise(r => setTimeout(r, 100))
+  provider.close()
+  t.match(await pending, { outcome: 'failed', detail: /service stopped/ })
+  t.ok(Date.now() - started < 1000, 'ended at once')
+  await new Promise(r => setTimeout(r, 400))
+  t.equal(receiver.deliveries.length, 1, 'no delivery after the stop')
+})
 
 t.test('DIALER_PROVIDERS is checked at start', async t => {
   t.same(loadConfig({}).dialer.providers, { phone: 'simulated', email: 'simulated', whatsapp: 'simulated' })
