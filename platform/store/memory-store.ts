@@ -47,6 +47,10 @@ function clone<T>(value: T): T {
 
 /** `stopAtArrays`: an array met on the way is returned as is (mongod looks into its elements). */
 function getPath(doc: Record<string, any>, path: string, stopAtArrays = false): unknown {
+  if (!path.includes('.')) {
+    const value = doc[path]
+    return value === undefined ? null : value
+  }
   let value: any = doc
   for (const part of path.split('.')) {
     if (value === null || typeof value !== 'object') return null
@@ -145,6 +149,133 @@ function compiled(filter: Filter): Query<any> {
 
 const isPrimitive = (v: unknown) => v === null || ['string', 'number', 'boolean'].includes(typeof v)
 
+const RANGE_OPS = new Set(['$lt', '$lte', '$gt', '$gte'])
+const isRangeOperand = (v: unknown) => typeof v === 'number' || typeof v === 'string' || v instanceof Date
+
+/**
+ * A plain-JS matcher for the filters selection queries send: top-level fields with scalar
+ * equality, $in of scalars, or $lt/$lte/$gt/$gte on a number, string or Date. It answers
+ * undefined for a document whose value on a filtered path is an array or an embedded document
+ * (mongod's rules for those are richer: mingo decides). undefined for any other filter.
+ */
+function fastMatcher(filter: Filter): ((doc: Doc) => boolean | undefined) | undefined {
+  const tests: { path: string; test: (v: unknown) => boolean }[] = []
+  for (const [path, condition] of Object.entries(filter)) {
+    if (path.startsWith('$')) return undefined
+    if (isPrimitive(condition)) {
+      tests.push({ path, test: v => v === condition })
+      continue
+    }
+    if (condition === null || typeof condition !== 'object' || condition instanceof Date || Array.isArray(condition)) return undefined
+    const ops = Object.entries(condition as Record<string, unknown>)
+    if (ops.length === 1 && ops[0]![0] === '$in' && Array.isArray(ops[0]![1]) && (ops[0]![1] as unknown[]).every(isPrimitive)) {
+      const allowed = new Set(ops[0]![1] as unknown[])
+      tests.push({ path, test: v => allowed.has(v) })
+      continue
+    }
+    if (ops.length === 0 || !ops.every(([op, operand]) => RANGE_OPS.has(op) && isRangeOperand(operand))) return undefined
+    const checks = ops.map(([op, operand]) => {
+      const kind = operand instanceof Date ? 'date' : typeof operand
+      const bound = operand instanceof Date ? operand.getTime() : (operand as number | string)
+      return (v: unknown) => {
+        // Only values of the operand's type compare (mongod's type bracketing).
+        if ((v instanceof Date ? 'date' : typeof v) !== kind) return false
+        const x = v instanceof Date ? v.getTime() : (v as number | string)
+        return op === '$lt' ? x < bound : op === '$lte' ? x <= bound : op === '$gt' ? x > bound : x >= bound
+      }
+    })
+    tests.push({ path, test: v => checks.every(c => c(v)) })
+  }
+  return doc => {
+    for (const { path, test } of tests) {
+      const value = getPath(doc, path, true)
+      if (value !== null && typeof value === 'object' && !(value instanceof Date)) return undefined
+      if (!test(value)) return false
+    }
+    return true
+  }
+}
+
+/** mongod's order across the scalar types a sort key may hold: null, numbers, strings, booleans, dates. */
+const typeRank = (v: unknown) => (v === null ? 0 : typeof v === 'number' ? 1 : typeof v === 'string' ? 2 : typeof v === 'boolean' ? 3 : 4)
+
+/** Sort keys of a document, or undefined when one is an array or embedded document (mingo sorts those). */
+function sortKeys(doc: Doc, fields: string[]): unknown[] | undefined {
+  const keys: unknown[] = []
+  for (const field of fields) {
+    const value = getPath(doc, field, true)
+    if (value !== null && typeof value === 'object' && !(value instanceof Date)) return undefined
+    keys.push(value)
+  }
+  return keys
+}
+
+function compareKeys(a: unknown[], b: unknown[], directions: number[]): number {
+  for (let i = 0; i < directions.length; i++) {
+    const x = a[i]
+    const y = b[i]
+    let c = typeRank(x) - typeRank(y)
+    if (c === 0 && x !== null) {
+      const xv = x instanceof Date ? x.getTime() : (x as number | string | boolean)
+      const yv = y instanceof Date ? y.getTime() : (y as number | string | boolean)
+      c = xv < yv ? -1 : xv > yv ? 1 : 0
+    }
+    if (c !== 0) return c * directions[i]!
+  }
+  return 0
+}
+
+/**
+ * Filter, sort, skip and limit in plain JS when fastMatcher() covers the filter and every sort
+ * key is a scalar: with a limit it keeps only the first skip + limit in order (a bounded
+ * insertion), instead of sorting every match. undefined: let mingo do it.
+ */
+function fastFind<T extends Doc>(candidates: T[], filter: Filter, options: FindOptions): T[] | undefined {
+  const match = fastMatcher(filter)
+  if (!match) return undefined
+  const query = compiled(filter)
+  const matches = (doc: T) => match(doc) ?? query.test(doc)
+  const skip = options.skip ?? 0
+  if (!options.sort) {
+    const hits: T[] = []
+    const want = options.limit ? skip + options.limit : Infinity
+    for (const doc of candidates) {
+      if (matches(doc)) hits.push(doc)
+      if (hits.length >= want) break
+    }
+    return hits.slice(skip)
+  }
+  const fields = Object.keys(options.sort)
+  const directions = fields.map(f => (options.sort![f] === -1 ? -1 : 1))
+  // Ties keep candidate order (as mingo's stable sort does): the sequence number breaks them.
+  const cmp = (a: { keys: unknown[]; seq: number }, b: { keys: unknown[]; seq: number }) => compareKeys(a.keys, b.keys, directions) || a.seq - b.seq
+  const keep = options.limit ? skip + options.limit : Infinity
+  const top: { doc: T; keys: unknown[]; seq: number }[] = []
+  let seq = 0
+  for (const doc of candidates) {
+    if (!matches(doc)) continue
+    const keys = sortKeys(doc, fields)
+    if (!keys) return undefined
+    const entry = { doc, keys, seq: seq++ }
+    if (keep === Infinity) {
+      top.push(entry)
+      continue
+    }
+    if (top.length >= keep && cmp(entry, top[top.length - 1]!) >= 0) continue
+    let lo = 0
+    let hi = top.length
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1
+      if (cmp(top[mid]!, entry) <= 0) lo = mid + 1
+      else hi = mid
+    }
+    top.splice(lo, 0, entry)
+    if (top.length > keep) top.pop()
+  }
+  if (keep === Infinity) top.sort(cmp)
+  return top.slice(skip, options.limit ? skip + options.limit : undefined).map(e => e.doc)
+}
+
 /** The values a filter allows for one field, when it pins them down (equality or $in). */
 function pinnedValues(filter: Filter, field: string): unknown[] | undefined {
   const condition = filter[field]
@@ -222,6 +353,8 @@ class HashIndex {
       }
       if (combos.length === 0 || combos.length > 10_000) continue
       const map = this.maps.get(length)!
+      // One key and no multikey documents: the index's own set (callers only read it).
+      if (combos.length === 1 && this.multikey.size === 0) return map.get(this.keyOf(combos[0]!)) ?? new Set()
       const ids = new Set<string>(this.multikey)
       for (const combo of combos) for (const id of map.get(this.keyOf(combo)) ?? []) ids.add(id)
       return ids
@@ -295,6 +428,8 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
       }
       if (simple) return hits
     }
+    const fast = fastFind(candidates, filter, options)
+    if (fast) return fast
     let cursor = compiled(filter).find(candidates)
     if (options.sort) cursor = cursor.sort(options.sort)
     if (options.skip) cursor = cursor.skip(options.skip)
