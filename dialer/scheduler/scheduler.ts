@@ -330,8 +330,11 @@ export class Scheduler {
 
   /** running -> completed once no contact is pending or in flight (exactly one caller logs it). */
   private async completeIfDone(batch: BatchDoc): Promise<boolean> {
-    const left = await this.contacts.findOne({ batchId: batch._id, state: { $in: ['pending', 'in_progress'] } }, { projection: { _id: 1 } })
-    if (left) return false
+    // One equality per state: each is one key of the (state, batchId) index, so the embedded store
+    // stops at the first contact instead of gathering the batch's pending contacts first.
+    for (const state of ['in_progress', 'pending']) {
+      if (await this.contacts.findOne({ batchId: batch._id, state }, { projection: { _id: 1 } })) return false
+    }
     // A started batch without any contact yet waits for its first load.
     if (!(await this.contacts.findOne({ batchId: batch._id }, { projection: { _id: 1 } }))) return false
     const at = new Date(this.platform.clock.now())

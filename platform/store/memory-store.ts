@@ -230,7 +230,7 @@ function compareKeys(a: unknown[], b: unknown[], directions: number[]): number {
  * key is a scalar: with a limit it keeps only the first skip + limit in order (a bounded
  * insertion), instead of sorting every match. undefined: let mingo do it.
  */
-function fastFind<T extends Doc>(candidates: T[], filter: Filter, options: FindOptions): T[] | undefined {
+function fastFind<T extends Doc>(candidates: Iterable<T>, filter: Filter, options: FindOptions): T[] | undefined {
   const match = fastMatcher(filter)
   if (!match) return undefined
   const query = compiled(filter)
@@ -397,6 +397,14 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
 
   /** The documents worth testing against `filter`: by _id, by an index it pins, else all. */
   private candidates(filter: Filter): T[] {
+    return [...this.lazyCandidates(filter)]
+  }
+
+  /**
+   * The same, read lazily: a query with a limit and no sort stops at its first matches instead of
+   * copying every candidate first. Callers that update documents collect the matches before.
+   */
+  private lazyCandidates(filter: Filter): Iterable<T> {
     if (typeof filter._id === 'string') {
       const doc = this.docs.get(filter._id)
       return doc ? [doc] : []
@@ -406,12 +414,19 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
       const ids = index.candidates(filter)
       if (ids && (!best || ids.size < best.size)) best = ids
     }
-    if (!best) return [...this.docs.values()]
-    return [...best].map(id => this.docs.get(id)!).filter(Boolean)
+    if (!best) return this.docs.values()
+    const docs = this.docs
+    const ids = best
+    return (function* () {
+      for (const id of ids) {
+        const doc = docs.get(id)
+        if (doc) yield doc
+      }
+    })()
   }
 
   private matching(filter: Filter, options: FindOptions = {}): T[] {
-    const candidates = this.candidates(filter)
+    const candidates = this.lazyCandidates(filter)
     // Plain equality on scalar fields needs no query compiler (the hot path of keyed upserts).
     const entries = Object.entries(filter)
     if (!options.sort && !options.skip && entries.every(([k, v]) => !k.startsWith('$') && isPrimitive(v))) {
@@ -428,9 +443,10 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
       }
       if (simple) return hits
     }
-    const fast = fastFind(candidates, filter, options)
+    // A fresh read each time: the pass above may have stopped partway through its iterator.
+    const fast = fastFind(this.lazyCandidates(filter), filter, options)
     if (fast) return fast
-    let cursor = compiled(filter).find(candidates)
+    let cursor = compiled(filter).find([...this.lazyCandidates(filter)])
     if (options.sort) cursor = cursor.sort(options.sort)
     if (options.skip) cursor = cursor.skip(options.skip)
     if (options.limit) cursor = cursor.limit(options.limit)
