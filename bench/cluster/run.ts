@@ -23,7 +23,7 @@ import { API_KEYS, call } from '../../test/support/harness.js'
 import { startMongoTestServer } from '../../test/support/mongo-server.js'
 import { startNatsServer } from '../../test/support/nats-server.js'
 import { CHANNEL, createSession, type SseClient } from '../../test/support/sse.js'
-import { startProcess, waitHealthy, type Proc } from '../../test/cluster/processes.js'
+import { startProcess, waitHealthy, type Proc } from '../../test/support/processes.js'
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8)
 const MSG_SESSIONS = Number(process.env.BENCH_MSG_SESSIONS ?? 32)

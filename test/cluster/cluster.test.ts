@@ -31,7 +31,7 @@ import { contact, createBatch } from '../support/dialer.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse, type SseClient } from '../support/sse.js'
 import { crewsFile } from '../engine/fixtures/crews.js'
-import { chunksProcessed, startProcess, waitHealthy, type Proc } from './processes.js'
+import { chunksProcessed, startProcess, waitHealthy, type Proc } from '../support/processes.js'
 
 const SESSIONS = 8
 const LOADS = 12

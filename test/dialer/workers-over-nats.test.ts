@@ -4,73 +4,25 @@
 // with SIGKILL while chunks are in flight; every operation must still end `succeeded` with exact
 // counters, and the batch must hold exactly the contacts sent (nothing lost, nothing doubled).
 import t from 'tap'
-import { spawn, type ChildProcess } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { NatsBus } from '../../platform/bus/index.js'
 import { streamName } from '../../platform/bus/nats-bus.js'
 import { LOAD_QUEUE } from '../../dialer/loads.js'
 import { createLogger } from '../../platform/logger.js'
 import { API_KEYS, call, mongoUrlFor } from '../support/harness.js'
 import { contact, createBatch } from '../support/dialer.js'
-import { freePort, startNatsServer } from '../support/nats-server.js'
+import { startNatsServer } from '../support/nats-server.js'
+import { startProcess, waitHealthy, type Proc } from '../support/processes.js'
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const REQUESTS = 20
 const PER_REQUEST = 500
 const CHUNK_SIZE = 100
 const CONCURRENCY = 2
 const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
 
-interface Proc {
-  name: string
-  port: number
-  child: ChildProcess
-  output: () => string
-  exited: Promise<void>
-}
-
-async function startProcess(t: { teardown(fn: () => unknown): void }, name: string, env: Record<string, string>): Promise<Proc> {
-  const port = await freePort()
-  const child = spawn(process.execPath, ['--import', '@tapjs/typescript/import', 'main.ts'], {
-    cwd: ROOT,
-    // Transpile only (no type check per process: tsc covers that), as tap runs the tests.
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', TS_NODE_TRANSPILE_ONLY: '1', ...env, PORT: String(port), HOST: '127.0.0.1' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  let output = ''
-  for (const stream of [child.stdout!, child.stderr!]) {
-    stream.setEncoding('utf8')
-    stream.on('data', (chunk: string) => (output = (output + chunk).slice(-64 * 1024)))
-  }
-  const exited = new Promise<void>(resolve => child.once('exit', () => resolve()))
-  const proc = { name, port, child, output: () => output, exited }
-  t.teardown(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGKILL')
-      await exited
-    }
-  })
-  return proc
-}
-
-async function waitHealthy(proc: Proc, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    if (proc.child.exitCode !== null) throw new Error(`${proc.name} exited:\n${proc.output()}`)
-    try {
-      const res = await fetch(`http://127.0.0.1:${proc.port}/healthz`)
-      if (res.ok) return (await res.json()) as Record<string, unknown>
-    } catch {
-      // not listening yet
-    }
-    await sleep(100)
-  }
-  throw new Error(`${proc.name} not healthy within ${timeoutMs} ms:\n${proc.output()}`)
-}
 
 async function chunksProcessed(proc: Proc): Promise<number> {
   const text = await (await fetch(`http://127.0.0.1:${proc.port}/metrics`)).text()

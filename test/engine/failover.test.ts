@@ -6,64 +6,18 @@
 // acknowledged message not lost; the client's stream (held by the gateway) carries on. The
 // failover time (kill -> first accepted command, kill -> first reply on the stream) is printed.
 import t from 'tap'
-import { spawn, type ChildProcess } from 'node:child_process'
-import { fileURLToPath } from 'node:url'
 import { connect } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
 import { OWNERS_BUCKET } from '../../engine/ownership.js'
 import { API_KEYS, call, mongoUrlFor, startTestService } from '../support/harness.js'
-import { freePort, startNatsServer } from '../support/nats-server.js'
+import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
 import { crewsFile } from './fixtures/crews.js'
+import { startProcess, waitHealthy, type Proc } from '../support/processes.js'
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const SESSIONS = 8
 const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
 
-interface Proc {
-  name: string
-  port: number
-  child: ChildProcess
-  output: () => string
-  exited: Promise<void>
-}
-
-async function startProcess(t: { teardown(fn: () => unknown): void }, name: string, env: Record<string, string>): Promise<Proc> {
-  const port = await freePort()
-  const child = spawn(process.execPath, ['--import', '@tapjs/typescript/import', 'main.ts'], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', TS_NODE_TRANSPILE_ONLY: '1', ...env, PORT: String(port), HOST: '127.0.0.1' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  let output = ''
-  for (const stream of [child.stdout!, child.stderr!]) {
-    stream.setEncoding('utf8')
-    stream.on('data', (chunk: string) => (output = (output + chunk).slice(-64 * 1024)))
-  }
-  const exited = new Promise<void>(resolve => child.once('exit', () => resolve()))
-  t.teardown(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGKILL')
-      await exited
-    }
-  })
-  return { name, port, child, output: () => output, exited }
-}
-
-async function waitHealthy(proc: Proc, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    if (proc.child.exitCode !== null) throw new Error(`${proc.name} exited:\n${proc.output()}`)
-    try {
-      const res = await fetch(`http://127.0.0.1:${proc.port}/healthz`)
-      if (res.ok) return (await res.json()) as Record<string, any>
-    } catch {
-      // not listening yet
-    }
-    await sleep(100)
-  }
-  throw new Error(`${proc.name} not healthy within ${timeoutMs} ms:\n${proc.output()}`)
-}
 
 t.test('an engine node killed -9 mid-conversation: its sessions continue on the survivor', async t => {
   const nats = await startNatsServer(t)

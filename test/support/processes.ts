@@ -1,11 +1,11 @@
-// Service processes for the cluster test and bench/cluster: main.ts started with a ROLE, on a
+// Service processes for the multi-process tests and bench/cluster: main.ts started with a ROLE, on a
 // free port, its output kept (the last 64 KiB) for failure messages, killed at teardown.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
-import { freePort } from '../support/nats-server.js'
+import { freePort } from './nats-server.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const SOURCES = ['platform', 'gateway', 'dialer', 'engine', 'reports', 'schemas', 'cli', 'main.ts', 'service.ts']
