@@ -52,6 +52,7 @@ export interface CycleReport {
 export class Scheduler {
   private readonly contacts: Collection<ContactDoc>
   private readonly batchDocs: Collection<BatchDoc>
+  private readonly operations: Collection
   private readonly blocked: Collection<{ _id: string; accountId: string; addressType: string; address: string }>
   private readonly inFlight = new Map<string, Promise<void>>()
   private timer?: NodeJS.Timeout
@@ -65,6 +66,7 @@ export class Scheduler {
   ) {
     this.contacts = platform.store.collection<ContactDoc>(COLLECTIONS.contacts)
     this.batchDocs = platform.store.collection<BatchDoc>(COLLECTIONS.batches)
+    this.operations = platform.store.collection(COLLECTIONS.operations)
     this.blocked = platform.store.collection(COLLECTIONS.blocked)
   }
 
@@ -335,8 +337,16 @@ export class Scheduler {
     for (const state of ['in_progress', 'pending']) {
       if (await this.contacts.findOne({ batchId: batch._id, state }, { projection: { _id: 1 } })) return false
     }
-    // A started batch without any contact yet waits for its first load.
+    // A started batch without any contact yet waits for its first load, and one whose load is
+    // still being applied waits for the rest of its contacts.
     if (!(await this.contacts.findOne({ batchId: batch._id }, { projection: { _id: 1 } }))) return false
+    const loading = await this.operations.findOne({
+      batchId: batch._id,
+      kind: 'contacts.load',
+      status: { $in: ['pending', 'running'] },
+      expiresAt: { $gt: new Date(this.platform.clock.now()) },
+    })
+    if (loading) return false
     const at = new Date(this.platform.clock.now())
     const moved = await this.batchDocs.findOneAndUpdate({ _id: batch._id, status: 'running' }, { $set: { status: 'completed', updatedAt: at } })
     if (!moved) return false

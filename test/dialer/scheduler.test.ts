@@ -127,6 +127,30 @@ for (const store of STORES) {
       t.equal((await cycle()).claimed, 0, 'a completed batch is not dialed')
     })
 
+    t.test('a batch whose load is still being applied is not completed early', async t => {
+      const batchId = await createBatch(base)
+      await load(base, batchId, contact(41, { customFields: { simulatedOutcomes: 'answered' } }))
+      await start(base, batchId)
+      // Another load of this batch is queued (its chunks not applied yet).
+      const ops = service.platform.store.collection('dialer_operations')
+      const at = new Date(clock.now())
+      await ops.insertOne({
+        _id: `pending-load-${batchId}`,
+        kind: 'contacts.load',
+        accountId: 'acme',
+        batchId,
+        status: 'running',
+        createdAt: at,
+        expiresAt: new Date(clock.now() + 6 * 60 * MIN),
+      })
+      await cycle()
+      await cycle()
+      t.equal((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status, 'running', 'waits for the load')
+      await ops.updateOne({ _id: `pending-load-${batchId}` }, { $set: { status: 'succeeded' } })
+      await cycle()
+      t.equal((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status, 'completed')
+    })
+
     t.test('the blocked list is checked at dial time', async t => {
       const batchId = await createBatch(base)
       await load(base, batchId, {
