@@ -151,6 +151,34 @@ for (const store of STORES) {
       t.equal((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status, 'completed')
     })
 
+    t.test('recontact puts a dialed contact back; resetAttempts resets its counters', async t => {
+      const batchId = await createBatch(base, { duplicateStrategy: 'skip', rules: { maxAttempts: 1 } })
+      const pinned = { customFields: { simulatedOutcomes: 'no_answer' } }
+      await load(base, batchId, { contacts: [contact(61, pinned), contact(62, pinned)] })
+      await start(base, batchId)
+      t.equal((await cycle()).claimed, 2)
+      let rows = await contactsOf(base, batchId)
+      t.match(rows.get('c61'), { state: 'done', attempts: 1 })
+      // Default treatment: counted as duplicate, not put back into dialing.
+      const plain = await load(base, batchId, contact(61, pinned))
+      t.equal(plain.duplicateCount, 1)
+      t.equal((await contactsOf(base, batchId)).get('c61').state, 'done')
+      // recontact: back to pending with its attempts kept (so maxAttempts 1 ends it again);
+      // recontact + resetAttempts: counters reset, dialed once more.
+      const back = await load(base, batchId, {
+        contacts: [contact(61, { ...pinned, onDuplicate: 'recontact' }), contact(62, { ...pinned, onDuplicate: 'recontact', resetAttempts: true })],
+      })
+      t.equal(back.recontactedCount, 2)
+      rows = await contactsOf(base, batchId)
+      t.match(rows.get('c61'), { state: 'pending', attempts: 1 })
+      t.match(rows.get('c62'), { state: 'pending', attempts: 0 })
+      if ((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status === 'completed') await start(base, batchId)
+      t.equal((await cycle()).claimed, 1, 'only the reset contact is dialed again')
+      rows = await contactsOf(base, batchId)
+      t.match(rows.get('c61'), { state: 'done', attempts: 1 })
+      t.match(rows.get('c62'), { state: 'done', attempts: 1 })
+    })
+
     t.test('the blocked list is checked at dial time', async t => {
       const batchId = await createBatch(base)
       await load(base, batchId, {
