@@ -316,7 +316,7 @@ export const sessionMachine = setup({
     }),
     recordToolRequest: step<Extract<SessionEvent, { type: 'gen.completed' }>>((r, e, context) => {
       const messageId = context.draft?.messageId ?? `t${context.turnId}.${context.toolRounds}`
-      const seq = r.log('message.assistant', {
+      r.log('message.assistant', {
         source: 'generated',
         messageId,
         turnId: context.turnId,
@@ -324,7 +324,6 @@ export const sessionMachine = setup({
         text: e.text,
         toolCalls: e.toolCalls.map(c => ({ callId: c.callId, tool: c.tool })),
       })
-      void seq
       for (const call of e.toolCalls) {
         r.log('tool.call', {
           callId: call.callId,
