@@ -25,7 +25,8 @@ import {
 } from './machine.js'
 import type { AssistantProvider } from './providers/types.js'
 import { summarize } from './conversation.js'
-import type { CreateSessionRequest, SessionCommand, SessionTarget, Subscription, TransportEvent, TransportListener } from './transport.js'
+import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
+import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
 import type { ConversationMessage, HistoryEntry, PendingTool } from './types.js'
 
 export const SESSIONS = 'engine_sessions'
@@ -47,6 +48,8 @@ interface SessionDoc extends Doc {
   closeReason?: string
   /** Fencing token of the engine node that owns the session (NATS mode): its lease's claim revision. */
   fence?: number
+  /** Seq of the last event published when the snapshot was written (a floor for a restore). */
+  eventSeq?: number
 }
 
 interface LogDoc extends Doc {
@@ -63,6 +66,8 @@ interface LiveSession {
   crew: Crew
   actor: Actor<typeof sessionMachine>
   listeners: Set<TransportListener>
+  /** Seq of the last event published (the SSE id of the session's streams). */
+  eventSeq: number
   consumers: Set<string>
   pendingLog: HistoryEntry[]
   /** Message and tool counts not yet added to the session record (one write per flush). */
@@ -90,8 +95,8 @@ export interface HostOptions {
   externalToolTimeoutMs?: number
   /** Engine nodes over NATS: this node writes a session only while it holds the session's lease. */
   leases?: SessionLeases
-  /** Every event of every session this host runs (the NATS engine node publishes them). */
-  publish?: (sessionId: string, event: TransportEvent) => void
+  /** Where published events are kept for replay (default: in memory, SSE_REPLAY_BUFFER_EVENTS per session). */
+  events?: EventLog
   /** A user message is acknowledged only once its history entry is written (survives a node's death). */
   durableAcks?: boolean
 }
@@ -124,9 +129,11 @@ export class SessionHost {
   private readonly machine
   private stopped = false
   private readonly cleanups = new Set<Promise<void>>()
+  readonly events: EventLog
 
   constructor(private readonly options: HostOptions) {
     const { store } = options.platform
+    this.events = options.events ?? new MemoryEventLog(options.platform.config.channel.replayBufferEvents)
     this.sessions = store.collection<SessionDoc>(SESSIONS)
     this.log = store.collection<LogDoc>(SESSION_LOG)
     this.slots = new CrewSlots(store)
@@ -212,10 +219,8 @@ export class SessionHost {
       this.options.recorder.opened({ accountId: request.accountId, crewId: crew.id, sessionId: request.sessionId, agentId: input.agentId, startTime: at }),
     )
     for (const entry of opening.log) this.onLog(live, entry)
-    for (const event of opening.publish) {
-      listener({ kind: 'event', ...event })
-      this.options.publish?.(request.sessionId, { kind: 'event', ...event })
-    }
+    this.emit(live, { kind: 'event', name: 'Initialized', data: { sessionId: request.sessionId, consumerId: request.consumerId } })
+    for (const event of opening.publish) this.emit(live, { kind: 'event', ...event })
     actor.start()
     this.afterEvent(live)
     return { unsubscribe: () => live.listeners.delete(listener) }
@@ -228,6 +233,7 @@ export class SessionHost {
       crew,
       actor,
       listeners: new Set(),
+      eventSeq: 0,
       consumers: new Set(consumers),
       pendingLog: [],
       pendingCounts: { userMessages: 0, assistantMessages: 0, toolCalls: 0 },
@@ -241,10 +247,7 @@ export class SessionHost {
       cleanup: null,
     }
     actor.on('log', ({ entry }) => this.onLog(live, entry))
-    actor.on('publish', ({ event }) => {
-      for (const listener of live.listeners) listener({ kind: 'event', ...event })
-      this.options.publish?.(id, { kind: 'event', ...event })
-    })
+    actor.on('publish', ({ event }) => this.emit(live, { kind: 'event', ...event }))
     actor.subscribe({
       next: snapshot => {
         if (snapshot.status === 'done') this.finish(live)
@@ -273,8 +276,26 @@ export class SessionHost {
   }
 
   /** Restores the session here if needed; 404 unless it lives and belongs to the account. */
-  async touch(target: SessionTarget): Promise<void> {
-    await this.obtain(target)
+  async touch(target: SessionTarget): Promise<FeedSubscription['position']> {
+    return this.position(await this.obtain(target))
+  }
+
+  private position(live: LiveSession) {
+    return { seq: live.eventSeq, epoch: this.epochOf(live.id) }
+  }
+
+  private epochOf(sessionId: string) {
+    return this.options.leases?.token(sessionId) ?? 0
+  }
+
+  /** Numbers the session's next event, hands it to this node's listeners and to the log. */
+  private emit(live: LiveSession, body: StreamEventBody) {
+    const epoch = this.epochOf(live.id)
+    // Over NATS, a node whose lease lapsed publishes nothing more (its next write drops the session).
+    if (this.options.leases && epoch === 0) return
+    const event = { ...body, seq: ++live.eventSeq, epoch }
+    for (const listener of live.listeners) listener(event)
+    this.events.append(live.id, event)
   }
 
   /** Is the session live on this node? */
@@ -282,10 +303,10 @@ export class SessionHost {
     return this.live.has(sessionId)
   }
 
-  async subscribe(target: SessionTarget, listener: TransportListener): Promise<Subscription> {
+  async subscribe(target: SessionTarget, listener: TransportListener): Promise<FeedSubscription> {
     const live = await this.obtain(target)
     live.listeners.add(listener)
-    return { unsubscribe: () => live.listeners.delete(listener) }
+    return { unsubscribe: () => live.listeners.delete(listener), position: this.position(live) }
   }
 
   async command(target: SessionTarget, command: SessionCommand): Promise<unknown> {
@@ -623,6 +644,7 @@ export class SessionHost {
               agentId: context.agentId,
               snapshot: JSON.stringify(live.actor.getPersistedSnapshot()),
               logPosition: context.seq,
+              eventSeq: live.eventSeq,
               deadlines: { idle: context.idleDeadline, tools: context.pendingTools.flatMap(p => (p.deadline === undefined ? [] : [p.deadline])) },
               updatedAt: new Date(context.updatedAt),
             },
@@ -653,8 +675,8 @@ export class SessionHost {
     const context = live.actor.getSnapshot().context
     if (live.idleTimer) clearTimeout(live.idleTimer.timer)
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
-    for (const listener of live.listeners) listener({ kind: 'closed', reason: context.closeReason ?? 'destroyed' })
-    this.options.publish?.(live.id, { kind: 'closed', reason: context.closeReason ?? 'destroyed' })
+    this.emit(live, { kind: 'closed', reason: context.closeReason ?? 'destroyed' })
+    this.events.forget(live.id)
     live.listeners.clear()
     this.live.delete(live.id)
     this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
@@ -761,6 +783,8 @@ export class SessionHost {
     const crew = this.options.crews.get(doc.crewId)
     if (!crew) return null
     const persisted = JSON.parse(doc.snapshot)
+    // Events go on after the last one published, by whichever node published it.
+    const eventSeq = Math.max(doc.eventSeq ?? 0, await this.events.takeOver(sessionId, this.epochOf(sessionId)))
     // Entries written after the snapshot (the snapshot waits for the end of a reply): user
     // messages among them were acknowledged, so they go back into the conversation.
     const after = await this.log.find({ sessionId, seq: { $gt: persisted.context.seq } }, { sort: { seq: 1 } })
@@ -775,6 +799,7 @@ export class SessionHost {
     }
     const actor = createActor(this.machine, { snapshot: persisted, input: { context: persisted.context } })
     const live = this.register(sessionId, doc.accountId, crew, actor, doc.consumers)
+    live.eventSeq = eventSeq
     actor.start()
     const lastSeq = after.at(-1)?.seq ?? 0
     const event: SessionEvent = { type: 'session.restored', logPosition: Math.max(doc.logPosition, lastSeq), at: this.now }

@@ -1,40 +1,50 @@
 // The gateway side of the channel: consumers and their SSE streams. One feed per session fans
-// every published event out to every consumer. Each consumer numbers its own frames (ids from
-// 1) and keeps the last SSE_REPLAY_BUFFER_EVENTS of them, so a `listen` with Last-Event-ID and
-// its consumerId resumes where the client stopped. A consumer that falls behind is dropped
-// with `reconnect_required` and never slows the session or the other consumers.
+// every event out to every consumer of that session on this gateway. The SSE id of an event is
+// its seq in the session's event log (engine/event-log.ts), the same on every gateway, so a
+// `listen` with Last-Event-ID resumes through any gateway: what the client missed is read back
+// from the log, then it is live. Frames of one consumer only (`session.consumer.attached`,
+// heartbeats, `reconnect_required`, `stream.gap`) carry the id of the last event it was sent.
+// A consumer that falls behind is dropped with `reconnect_required` and never slows the session
+// or the other consumers.
 import { randomUUID } from 'node:crypto'
 import { ApiError } from '../gateway/errors.js'
 import type { StreamSink } from '../gateway/routes.js'
-import { eventBody, ReplayRing, SseStream } from '../gateway/sse.js'
+import { eventBody, SseStream } from '../gateway/sse.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
-import type { CreateSessionRequest, SessionTransport, Subscription, TransportEvent } from './transport.js'
+import { isNewer } from './event-log.js'
+import type { CreateSessionRequest, SessionTarget, SessionTransport, Subscription, TransportEvent } from './transport.js'
 
 export interface HubOptions {
   heartbeatMs: number
-  replayBufferEvents: number
-  /** How long a consumer without an open stream is kept for resumption. */
+  /** How long a consumer without an open stream is kept (its id keeps counting toward the limit). */
   consumerRetentionMs: number
   maxConsumersPerSession: number
   listenPath: (sessionId: string, consumerId: string) => string
 }
 
 class Consumer {
-  nextId = 1
-  readonly ring: ReplayRing
+  /** Seq of the last event written (or due) to this consumer's stream. */
+  position = 0
   stream: SseStream | null = null
+  /** Events held while the consumer catches up from the log, or before its stream opens. */
+  held: { seq: number; body: string }[] | null = null
   retention: NodeJS.Timeout | null = null
-  constructor(readonly id: string, replay: number) {
-    this.ring = new ReplayRing(replay)
-  }
+  constructor(readonly id: string) {}
 }
 
 class Feed {
   readonly consumers = new Map<string, Consumer>()
   subscription: Subscription | null = null
   closed = false
+  /** The last event applied; events arrive in this order or are read back from the log. */
+  position = { seq: 0, epoch: 0 }
+  /** Events received while the feed's position is unknown or while a gap is being filled. */
+  queue: TransportEvent[] | null = []
   constructor(readonly sessionId: string, readonly accountId: string) {}
+  get target(): SessionTarget {
+    return { sessionId: this.sessionId, accountId: this.accountId }
+  }
 }
 
 export class ChannelHub {
@@ -61,54 +71,76 @@ export class ChannelHub {
     const sessionId = randomUUID()
     const consumerId = randomUUID()
     const feed = new Feed(sessionId, request.accountId)
+    feed.queue = null // a new session: its first event is seq 1
     const consumer = this.addConsumer(feed, consumerId)
-    // Initialized is id 1; whatever the session says while starting is queued behind it.
-    this.push(feed, consumer, eventBody('Initialized', { sessionId, consumerId }))
+    consumer.held = [] // Initialized (seq 1) and what follows wait for the stream
     feed.subscription = await this.transport.create({ ...request, sessionId, consumerId }, event => this.deliver(feed, event))
     this.feeds.set(sessionId, feed)
     const sink = start({ 'X-Session-Id': sessionId, 'X-Consumer-Id': consumerId })
-    this.attach(feed, consumer, sink, 0)
+    this.attach(feed, consumer, sink)
+    this.release(feed, consumer)
     if (feed.closed) this.endStream(consumer)
   }
 
-  /** POST eventstream/{sessionId}/listen: a new consumer, or the resumption of one. */
+  /** POST eventstream/{sessionId}/listen: a new consumer, or the resumption of one (any gateway). */
   async listen(
-    target: { sessionId: string; accountId: string },
+    target: SessionTarget,
     resume: { consumerId?: string; lastEventId?: number },
     start: (headers?: Record<string, string>) => StreamSink,
   ) {
     this.refuseWhileStopping()
     const feed = await this.feedFor(target)
-    const { lastEventId } = resume
     let consumer = resume.consumerId ? feed.consumers.get(resume.consumerId) : undefined
-    if (consumer && lastEventId !== undefined && lastEventId >= consumer.nextId) {
-      throw new ApiError(400, 'INVALID_LAST_EVENT_ID', `Last-Event-ID ${lastEventId} was never sent to consumer ${consumer.id} (last id ${consumer.nextId - 1})`)
+    // Without Last-Event-ID, a known consumer resumes after what it was last sent, a new one is live.
+    const after = resume.lastEventId ?? consumer?.position ?? feed.position.seq
+    if (after > feed.position.seq) {
+      throw new ApiError(400, 'INVALID_LAST_EVENT_ID', `Last-Event-ID ${after} was never sent (the session's last event is ${feed.position.seq})`)
     }
-    const fresh = !consumer
     if (!consumer) {
       if (feed.consumers.size >= this.options.maxConsumersPerSession && !this.evictDetached(feed)) {
         throw new ApiError(429, 'CONSUMER_LIMIT_REACHED', `Session ${feed.sessionId} already has ${this.options.maxConsumersPerSession} consumers`)
       }
       consumer = this.addConsumer(feed, resume.consumerId ?? randomUUID())
-      // A consumer this node no longer knows keeps counting from where its client stopped.
-      if (lastEventId !== undefined) consumer.nextId = lastEventId + 1
     }
     await this.transport.command(target, { type: 'consumer.attach', consumerId: consumer.id })
     if (consumer.stream) this.endStream(consumer) // the same consumer reconnected: the new stream takes over
+    consumer.position = after
+    consumer.held = []
     const sink = start({ 'X-Session-Id': feed.sessionId, 'X-Consumer-Id': consumer.id })
-    const after = lastEventId ?? consumer.nextId - 1
-    if (fresh && lastEventId !== undefined) {
-      this.attach(feed, consumer, sink, after, { reason: 'unknown_consumer', lastEventId })
-    } else {
-      this.attach(feed, consumer, sink, after)
-    }
-    const attached = { sessionId: feed.sessionId, consumerId: consumer.id, ...(lastEventId !== undefined ? { resumed: true, lastEventId } : {}) }
-    this.push(feed, consumer, eventBody('session.consumer.attached', attached))
+    const stream = this.attach(feed, consumer, sink)
+    const attached = { sessionId: feed.sessionId, consumerId: consumer.id, ...(resume.lastEventId !== undefined ? { resumed: true, lastEventId: after } : {}) }
+    stream.send(after, eventBody('session.consumer.attached', attached))
+    if (after < feed.position.seq) await this.catchUp(feed, consumer, stream, after)
+    this.release(feed, consumer)
     if (feed.closed) this.endStream(consumer)
   }
 
-  /** One feed per session on this node, subscribed through the transport. */
-  private async feedFor(target: { sessionId: string; accountId: string }): Promise<Feed> {
+  /** Sends `consumer` what it missed after `after` from the session's log (live events wait in `held`). */
+  private async catchUp(feed: Feed, consumer: Consumer, stream: SseStream, after: number) {
+    let missed: TransportEvent[]
+    try {
+      missed = await this.transport.replay(feed.sessionId, after)
+    } catch (error) {
+      this.logger.warn('event log not readable', { sessionId: feed.sessionId, error })
+      missed = []
+    }
+    if (consumer.stream !== stream) return
+    const first = missed.find(event => event.seq > after)?.seq ?? (consumer.held?.[0]?.seq ?? feed.position.seq + 1)
+    if (first > after + 1) {
+      // Events after Last-Event-ID up to first-1 are no longer kept: said once, with an id in that range.
+      const resumedAfter = first - 1
+      stream.send(resumedAfter, eventBody('stream.gap', { sessionId: feed.sessionId, consumerId: consumer.id, reason: 'replay_buffer_exceeded', lastEventId: after, resumedAfter }))
+      consumer.position = resumedAfter
+    }
+    for (const event of missed) {
+      if (event.kind !== 'event' || event.seq <= consumer.position || event.seq > feed.position.seq) continue
+      consumer.position = event.seq
+      if (!stream.send(event.seq, eventBody(event.name, event.data))) return this.dropSlow(feed, consumer)
+    }
+  }
+
+  /** One feed per session on this gateway, subscribed through the transport. */
+  private async feedFor(target: SessionTarget): Promise<Feed> {
     const existing = this.feeds.get(target.sessionId)
     if (existing) {
       if (existing.accountId !== target.accountId || existing.closed) throw new ApiError(404, 'SESSION_NOT_FOUND', `Session ${target.sessionId} not found`)
@@ -118,7 +150,13 @@ export class ChannelHub {
     if (!pending) {
       pending = (async () => {
         const feed = new Feed(target.sessionId, target.accountId)
-        feed.subscription = await this.transport.subscribe(target, event => this.deliver(feed, event))
+        const subscription = await this.transport.subscribe(target, event => this.deliver(feed, event))
+        feed.subscription = subscription
+        // Events received before the position was known: those after it still apply.
+        const early = feed.queue ?? []
+        feed.queue = null
+        feed.position = subscription.position
+        for (const event of early) this.deliver(feed, event)
         this.feeds.set(target.sessionId, feed)
         return feed
       })().finally(() => this.subscribing.delete(target.sessionId))
@@ -130,7 +168,7 @@ export class ChannelHub {
   }
 
   private addConsumer(feed: Feed, id: string): Consumer {
-    const consumer = new Consumer(id, this.options.replayBufferEvents)
+    const consumer = new Consumer(id)
     feed.consumers.set(id, consumer)
     return consumer
   }
@@ -154,8 +192,8 @@ export class ChannelHub {
     }
   }
 
-  /** Opens `sink` for `consumer`: replays what it missed after `after`, then it is live. */
-  private attach(feed: Feed, consumer: Consumer, sink: StreamSink, after: number, forcedGap?: { reason: string; lastEventId: number }) {
+  /** Opens `sink` as `consumer`'s stream (frames are sent by the caller). */
+  private attach(feed: Feed, consumer: Consumer, sink: StreamSink): SseStream {
     if (consumer.retention) {
       clearTimeout(consumer.retention)
       consumer.retention = null
@@ -163,7 +201,7 @@ export class ChannelHub {
     const stream = new SseStream(sink, {
       heartbeatMs: this.options.heartbeatMs,
       heartbeatBody: this.heartbeatBody,
-      nextId: () => consumer.nextId++,
+      currentId: () => consumer.position,
       onDropped: () => this.dropSlow(feed, consumer),
     })
     consumer.stream = stream
@@ -177,38 +215,83 @@ export class ChannelHub {
       consumer.retention = setTimeout(() => this.forget(feed, consumer), this.options.consumerRetentionMs)
       consumer.retention.unref()
     })
-    const { entries, gap } = consumer.ring.since(after)
-    if (forcedGap) {
-      stream.send(consumer.nextId++, eventBody('stream.gap', { sessionId: feed.sessionId, consumerId: consumer.id, ...forcedGap }))
-    } else if (gap) {
-      // The frames after Last-Event-ID up to `evictedUpTo` are gone: say so once, with an id in that range.
-      stream.send(gap.evictedUpTo, eventBody('stream.gap', { sessionId: feed.sessionId, consumerId: consumer.id, reason: 'replay_buffer_exceeded', lastEventId: after, resumedAfter: gap.evictedUpTo }))
-    }
-    for (const entry of entries) {
-      if (!stream.send(entry.id, entry.body)) return this.dropSlow(feed, consumer)
-    }
+    return stream
   }
 
-  private push(feed: Feed, consumer: Consumer, body: string) {
-    const id = consumer.nextId++
-    consumer.ring.push(id, body)
-    if (consumer.stream && !consumer.stream.send(id, body)) this.dropSlow(feed, consumer)
+  /** Sends what was held for the consumer (newer than its position); from now on it is live. */
+  private release(feed: Feed, consumer: Consumer) {
+    const held = consumer.held ?? []
+    consumer.held = null
+    for (const { seq, body } of held) this.write(feed, consumer, seq, body)
+  }
+
+  private write(feed: Feed, consumer: Consumer, seq: number, body: string) {
+    if (seq <= consumer.position) return
+    if (consumer.held) {
+      consumer.held.push({ seq, body })
+      return
+    }
+    consumer.position = seq
+    if (consumer.stream && !consumer.stream.send(seq, body)) this.dropSlow(feed, consumer)
   }
 
   private deliver(feed: Feed, event: TransportEvent) {
+    if (feed.queue) {
+      feed.queue.push(event)
+      return
+    }
+    if (!isNewer(event, feed.position)) return // already applied, or from an owner that lost the session
+    if (event.seq > feed.position.seq + 1) {
+      // Events are missing (this gateway was cut off from NATS for a while): read them back.
+      feed.queue = [event]
+      void this.repair(feed)
+      return
+    }
+    this.apply(feed, event)
+  }
+
+  private apply(feed: Feed, event: TransportEvent) {
+    feed.position = { seq: event.seq, epoch: event.epoch }
+    if (event.kind === 'owner') return // a new owner's mark: no frame
     if (event.kind === 'closed') {
       feed.closed = true
       for (const consumer of feed.consumers.values()) {
         if (consumer.retention) clearTimeout(consumer.retention)
-        this.endStream(consumer)
+        if (!consumer.held) this.endStream(consumer) // a consumer still catching up ends when done
       }
       feed.subscription?.unsubscribe()
       if (this.feeds.get(feed.sessionId) === feed) this.feeds.delete(feed.sessionId)
       return
     }
-    // Serialised once; each consumer only prefixes its own id.
+    // Serialised once; each consumer only prefixes the id.
     const body = eventBody(event.name, event.data)
-    for (const consumer of feed.consumers.values()) this.push(feed, consumer, body)
+    for (const consumer of feed.consumers.values()) this.write(feed, consumer, event.seq, body)
+  }
+
+  /** Fills a gap in the live events from the log, then applies what was queued meanwhile. */
+  private async repair(feed: Feed) {
+    let missed: TransportEvent[] = []
+    try {
+      missed = await this.transport.replay(feed.sessionId, feed.position.seq)
+    } catch (error) {
+      this.logger.warn('event log not readable; the gap is reported to consumers', { sessionId: feed.sessionId, error })
+    }
+    const queued = feed.queue ?? []
+    feed.queue = null
+    for (const event of [...missed, ...queued].sort((a, b) => a.seq - b.seq)) {
+      if (!isNewer(event, feed.position)) continue
+      if (event.seq > feed.position.seq + 1) this.reportGap(feed, event.seq - 1)
+      this.apply(feed, event)
+    }
+  }
+
+  private reportGap(feed: Feed, resumedAfter: number) {
+    const lastEventId = feed.position.seq
+    this.logger.warn('session events lost to this gateway', { sessionId: feed.sessionId, lastEventId, resumedAfter })
+    for (const consumer of feed.consumers.values()) {
+      const body = eventBody('stream.gap', { sessionId: feed.sessionId, consumerId: consumer.id, reason: 'replay_buffer_exceeded', lastEventId, resumedAfter })
+      this.write(feed, consumer, resumedAfter, body)
+    }
   }
 
   private reconnectBody(feed: Feed, consumer: Consumer, reason: 'slow_consumer' | 'shutdown') {
@@ -225,7 +308,9 @@ export class ChannelHub {
     if (!stream || stream.closed) return
     this.metrics.sseSlowConsumersDropped.inc()
     this.logger.warn('slow SSE consumer dropped', { sessionId: feed.sessionId, consumerId: consumer.id })
-    stream.drop({ id: consumer.nextId++, body: this.reconnectBody(feed, consumer, 'slow_consumer') })
+    // Whatever was queued for it is discarded: its position goes back to what it surely got.
+    stream.drop({ id: stream.lastWrittenId, body: this.reconnectBody(feed, consumer, 'slow_consumer') })
+    consumer.position = stream.lastWrittenId
   }
 
   private endStream(consumer: Consumer) {
@@ -237,14 +322,14 @@ export class ChannelHub {
     if (this.shuttingDown) throw new ApiError(503, 'SHUTTING_DOWN', 'The service is shutting down; retry shortly', {}, { 'Retry-After': '1' })
   }
 
-  /** Service shutdown: every open stream is told to reconnect (to another node), then ended. */
+  /** Gateway stop: every open stream is told to reconnect (to another gateway), then ended. */
   shutdown() {
     this.shuttingDown = true
     for (const feed of this.feeds.values()) {
       for (const consumer of feed.consumers.values()) {
         if (consumer.retention) clearTimeout(consumer.retention)
         const stream = consumer.stream
-        if (stream && !stream.closed) stream.end({ id: consumer.nextId++, body: this.reconnectBody(feed, consumer, 'shutdown') })
+        if (stream && !stream.closed) stream.end({ id: consumer.position, body: this.reconnectBody(feed, consumer, 'shutdown') })
         consumer.stream = null
       }
       feed.subscription?.unsubscribe()

@@ -15,6 +15,8 @@ import { channelRoutes, listenPath } from './routes/channel.js'
 import { InProcessTransport, type SessionTransport } from './transport.js'
 import { EngineNode, NatsSessionTransport } from './nats-transport.js'
 import { NodeDirectory, Ownership } from './ownership.js'
+import type { EventLog } from './event-log.js'
+import { JetStreamEventLog } from './jetstream-event-log.js'
 import type { NatsConnection } from '@nats-io/transport-node'
 
 export { CrewConfigError, loadCrews, parseCrews } from './crews.js'
@@ -83,7 +85,6 @@ function newHub(platform: Platform, transport: SessionTransport) {
     transport,
     {
       heartbeatMs: channel.heartbeatMs,
-      replayBufferEvents: channel.replayBufferEvents,
       consumerRetentionMs: channel.consumerRetentionMs,
       maxConsumersPerSession: channel.maxConsumersPerSession,
       listenPath,
@@ -106,13 +107,22 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     token: (sessionId: string) => ownership?.token(sessionId),
     unloaded: (sessionId: string, why: 'finished' | 'dropped') => ownership?.unloaded(sessionId, why),
   }
-  const host = node ? newHost(platform, crews, options, { leases, publish: node.publish, durableAcks: true }) : undefined
+  // The event log opens in start(); the host appends only once started.
+  let log: JetStreamEventLog | undefined
+  const events: EventLog = {
+    append: (sessionId, event) => ready(log).append(sessionId, event),
+    read: (sessionId, after) => ready(log).read(sessionId, after),
+    takeOver: (sessionId, epoch) => ready(log).takeOver(sessionId, epoch),
+    forget: () => {},
+  }
+  const host = node ? newHost(platform, crews, options, { leases, events, durableAcks: true }) : undefined
   // The gateway side is wired lazily: the directory opens in start().
   let remote: NatsSessionTransport | undefined
   const transport: SessionTransport = {
     create: (request, listener) => ready(remote).create(request, listener),
     command: (target, command) => ready(remote).command(target, command),
     subscribe: (target, listener) => ready(remote).subscribe(target, listener),
+    replay: (sessionId, after) => ready(remote).replay(sessionId, after),
   }
   const hub = newHub(platform, transport)
   return {
@@ -124,7 +134,13 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport)] : [],
     async start() {
       directory = await NodeDirectory.open(cluster.nc, timing, cluster.replicas)
-      if (serving) remote = new NatsSessionTransport(cluster.nc, directory, { timeoutMs: config.engine.requestTimeoutMs, logger })
+      log = await JetStreamEventLog.open(cluster.nc, {
+        perSession: config.channel.replayBufferEvents,
+        retentionMs: config.channel.eventRetentionMs,
+        replicas: cluster.replicas ?? 1,
+        logger,
+      })
+      if (serving) remote = new NatsSessionTransport(cluster.nc, directory, log, { timeoutMs: config.engine.requestTimeoutMs, logger })
       if (node && host) {
         await host.init()
         ownership = await Ownership.open(cluster.nc, { nodeId: node.nodeId, timing, replicas: cluster.replicas, load: () => host.liveCount(), logger, directory })

@@ -7,11 +7,14 @@
 //   sb.engine.<node>.claim    gateway -> a node, when the session has no live owner: the node
 //                             claims the lease, restores the session from the store, runs it
 //   sb.engine.<node>.ping     liveness probe between nodes             ''                  -> {node, live}
-//   sb.session.<id>.events    owner -> gateways holding streams: TransportEvent
+//   sb.session.<id>.events    owner -> gateways holding streams: {kind, seq, epoch, ...} (a
+//                             StreamEvent), also kept by the SB_SESSION_EVENTS JetStream stream
+//                             for replay (engine/jetstream-event-log.ts)
 //
 //   Reply = {ok: true, result} | {ok: false, error: {status, code, message, extra}} | {ok: false, redirect: <node>}
 //
-// `command` absent = only check that the session exists for the account (subscribe). A request
+// `command` absent = only check that the session exists for the account (subscribe); the result
+// is the session's position {seq, epoch} (its last event). A request
 // that finds no responder on `sb.session.<id>.cmd` was delivered to nobody, so the gateway may
 // send it to a node's claim subject instead: that is how a session moves off a dead node.
 import { randomUUID } from 'node:crypto'
@@ -19,9 +22,11 @@ import { TimeoutError, type Msg, type NatsConnection, type Subscription as NatsS
 import { ApiError } from '../gateway/errors.js'
 import type { Logger } from '../platform/logger.js'
 import type { SessionHost } from './host.js'
+import { eventsSubject, type JetStreamEventLog } from './jetstream-event-log.js'
 import { isNoResponders, NodeDirectory, nodeSubject, Ownership } from './ownership.js'
 import type {
   CreateSessionRequest,
+  FeedSubscription,
   SessionCommand,
   SessionTarget,
   SessionTransport,
@@ -31,7 +36,6 @@ import type {
 } from './transport.js'
 
 export const commandSubject = (sessionId: string) => `sb.session.${sessionId}.cmd`
-export const eventsSubject = (sessionId: string) => `sb.session.${sessionId}.events`
 export const CREATE_ANY = 'sb.engine.create'
 const QUEUE = 'engines'
 
@@ -62,6 +66,7 @@ export class NatsSessionTransport implements SessionTransport {
   constructor(
     private readonly nc: NatsConnection,
     private readonly directory: NodeDirectory,
+    private readonly log: JetStreamEventLog,
     private readonly options: { timeoutMs: number; logger: Logger },
   ) {}
 
@@ -127,15 +132,24 @@ export class NatsSessionTransport implements SessionTransport {
     return this.send({ target, command })
   }
 
-  async subscribe(target: SessionTarget, listener: TransportListener): Promise<Subscription> {
+  async subscribe(target: SessionTarget, listener: TransportListener): Promise<FeedSubscription> {
     const sub = this.listen(target.sessionId, listener)
     try {
       await this.flushed()
-      await this.send({ target }) // 404 unless it exists for this account; restores it if needed
-      return { unsubscribe: () => sub.unsubscribe() }
+      // 404 unless it exists for this account; restores it if needed; answers its position.
+      const position = (await this.send({ target })) as FeedSubscription['position']
+      return { unsubscribe: () => sub.unsubscribe(), position }
     } catch (error) {
       sub.unsubscribe()
       throw error
+    }
+  }
+
+  async replay(sessionId: string, after: number): Promise<TransportEvent[]> {
+    try {
+      return await this.log.read(sessionId, after)
+    } catch (error) {
+      throw this.failure(error)
     }
   }
 
@@ -201,15 +215,6 @@ export class EngineNode {
     private readonly logger: Logger,
   ) {}
 
-  /** The host's publish hook: every event of every session hosted here goes out. */
-  readonly publish = (sessionId: string, event: TransportEvent) => {
-    try {
-      this.nc.publish(eventsSubject(sessionId), JSON.stringify(event))
-    } catch (error) {
-      this.logger.warn('session event not published', { sessionId, error })
-    }
-  }
-
   attach(host: SessionHost, ownership: Ownership) {
     this.host = host
     this.ownership = ownership
@@ -272,10 +277,7 @@ export class EngineNode {
       const redirect = await this.take(target)
       if (redirect) return redirect
     }
-    if (!command) {
-      await this.host.touch(target)
-      return {}
-    }
+    if (!command) return this.host.touch(target)
     return this.host.command(target, command)
   }
 

@@ -5,12 +5,14 @@
 //   create  -> request/reply on `sb.engine.create` (an engine node picks it, owns the actor)
 //   command -> request/reply on `sb.session.<id>.cmd` (the owning node answers; a node that does
 //              not host the session restores it from its persisted snapshot first)
-//   events  -> `sb.session.<id>.evt` published by the owner; subscribe() is a plain subscription,
-//              opened before create() sends so no early event is missed.
+//   events  -> `sb.session.<id>.events` published by the owner, each with its seq (the SSE id);
+//              subscribe() is a plain subscription, opened before create() sends so no early
+//              event is missed; replay() reads the session's event log (engine/event-log.ts).
 // The in-process implementation below calls the host directly.
 import type { SessionHost } from './host.js'
 import type { ContextMessageInput } from './machine.js'
-import type { OutboundSpec, PublishedEvent } from './types.js'
+import type { StreamEvent } from './event-log.js'
+import type { OutboundSpec } from './types.js'
 
 export interface SessionTarget {
   sessionId: string
@@ -27,7 +29,7 @@ export interface CreateSessionRequest {
   outbound?: OutboundSpec
 }
 
-export type TransportEvent = ({ kind: 'event' } & PublishedEvent) | { kind: 'closed'; reason: string }
+export type TransportEvent = StreamEvent
 export type TransportListener = (event: TransportEvent) => void
 
 export type SessionCommand =
@@ -51,13 +53,20 @@ export interface Subscription {
   unsubscribe(): void
 }
 
+export interface FeedSubscription extends Subscription {
+  /** The session's position when the subscription started: its last event's seq and epoch. */
+  position: { seq: number; epoch: number }
+}
+
 export interface SessionTransport {
   /** Starts a session; `listener` receives its events from the very first one. */
   create(request: CreateSessionRequest, listener: TransportListener): Promise<Subscription>
   /** Runs a command on the owning actor; resolves with the command's result (JSON). */
   command(target: SessionTarget, command: SessionCommand): Promise<unknown>
-  /** Events of an existing session from now on. */
-  subscribe(target: SessionTarget, listener: TransportListener): Promise<Subscription>
+  /** Events of an existing session from now on (404 unless it lives for the account). */
+  subscribe(target: SessionTarget, listener: TransportListener): Promise<FeedSubscription>
+  /** The session's events with seq > after still in its log (call after subscribe()). */
+  replay(sessionId: string, after: number): Promise<TransportEvent[]>
 }
 
 export class InProcessTransport implements SessionTransport {
@@ -73,5 +82,9 @@ export class InProcessTransport implements SessionTransport {
 
   subscribe(target: SessionTarget, listener: TransportListener) {
     return this.host.subscribe(target, listener)
+  }
+
+  replay(sessionId: string, after: number) {
+    return this.host.events.read(sessionId, after)
   }
 }

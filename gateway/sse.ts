@@ -1,6 +1,6 @@
-// Server-Sent Events on top of the gateway's StreamSink: frame formatting, per-consumer ids,
-// a bounded replay ring for Last-Event-ID resumption, and a heartbeat. Nothing here knows
-// about sessions; the channel hub (engine/channel) owns consumers and decides what to send.
+// Server-Sent Events on top of the gateway's StreamSink: frame formatting, Last-Event-ID
+// parsing, coalesced writes with a bound, and a heartbeat. Nothing here knows about sessions;
+// the channel hub (engine/hub.ts) owns consumers and decides what to send with which id.
 import type { StreamSink } from './routes.js'
 
 /** The part of a frame shared by every consumer of one event: `event:` and `data:` lines. */
@@ -25,55 +25,12 @@ export function parseLastEventId(raw: string | undefined | null): number | undef
   return Number(raw.trim())
 }
 
-interface RingEntry {
-  id: number
-  body: string
-}
-
-/**
- * The last `capacity` frames sent (or due) to one consumer. `since(n)` answers what a client
- * that saw id n has missed, or reports the gap when frames after n were already evicted.
- */
-export class ReplayRing {
-  private entries: RingEntry[] = []
-  private head = 0
-  /** Highest id evicted from the ring (0: nothing lost yet). */
-  evictedUpTo = 0
-
-  constructor(readonly capacity: number) {}
-
-  push(id: number, body: string) {
-    this.entries.push({ id, body })
-    if (this.entries.length - this.head > this.capacity) {
-      this.evictedUpTo = this.entries[this.head]!.id
-      this.head++
-      // Amortised O(1): compact once the dead prefix is as long as the ring.
-      if (this.head >= this.capacity) {
-        this.entries = this.entries.slice(this.head)
-        this.head = 0
-      }
-    }
-  }
-
-  get length() {
-    return this.entries.length - this.head
-  }
-
-  /** Frames with id > lastId, oldest first; `gap` is set when some of them are gone. */
-  since(lastId: number): { entries: RingEntry[]; gap: { lost: number; evictedUpTo: number } | null } {
-    const out: RingEntry[] = []
-    for (let i = this.head; i < this.entries.length; i++) if (this.entries[i]!.id > lastId) out.push(this.entries[i]!)
-    const gap = lastId < this.evictedUpTo ? { lost: this.evictedUpTo - lastId, evictedUpTo: this.evictedUpTo } : null
-    return { entries: out, gap }
-  }
-}
-
 export interface SseStreamOptions {
   heartbeatMs: number
   /** Frame body of the heartbeat (event `hearthbeat`, spelled as the interface spells it). */
   heartbeatBody: string
-  /** Next id to use; the caller (a consumer) owns the counter so it survives reconnections. */
-  nextId: () => number
+  /** Id of the heartbeat frame: the last event the consumer was sent (a heartbeat is no event). */
+  currentId: () => number
   onDropped: () => void
 }
 
@@ -97,9 +54,12 @@ export class SseStream {
   private readonly heartbeat: NodeJS.Timeout
   private endedByServer = false
   private pending = ''
+  private pendingLastId = 0
+  /** Id of the last frame handed to the socket (what a dropped client surely had a chance to get). */
+  lastWrittenId = 0
 
   constructor(readonly sink: StreamSink, private readonly options: SseStreamOptions) {
-    this.heartbeat = setInterval(() => this.send(this.options.nextId(), this.options.heartbeatBody), options.heartbeatMs)
+    this.heartbeat = setInterval(() => this.send(this.options.currentId(), this.options.heartbeatBody), options.heartbeatMs)
     this.heartbeat.unref()
     sink.onClose(() => {
       clearInterval(this.heartbeat)
@@ -121,6 +81,7 @@ export class SseStream {
   send(id: number, body: string): boolean {
     if (this.sink.closed) return false
     this.pending += frame(id, body)
+    this.pendingLastId = id
     pendingFlush.add(this)
     if (!flushScheduled) {
       flushScheduled = true
@@ -134,6 +95,7 @@ export class SseStream {
     if (!this.pending || this.sink.closed) return
     const chunk = this.pending
     this.pending = ''
+    this.lastWrittenId = this.pendingLastId
     pendingFlush.delete(this)
     if (!this.sink.write(chunk)) this.options.onDropped()
   }
@@ -150,8 +112,8 @@ export class SseStream {
   }
 
   /**
-   * Drops a slow client: what is queued for it is discarded (it replays from its ring after
-   * reconnecting with Last-Event-ID), the last frame is written, and the response ends.
+   * Drops a slow client: what is queued for it is discarded (it reads it back from the session's
+   * log after reconnecting with Last-Event-ID), the last frame is written, and the response ends.
    */
   drop(last: { id: number; body: string }) {
     if (this.sink.closed) return

@@ -65,6 +65,8 @@ export interface Config {
     consumerBufferBytes: number
     /** How long a consumer without an open stream is kept for Last-Event-ID resumption. */
     consumerRetentionMs: number
+    /** Over NATS: how long a session's events stay in the JetStream log for replay. */
+    eventRetentionMs: number
     maxConsumersPerSession: number
   }
   engine: {
@@ -192,6 +194,7 @@ export function loadConfig(env: Env = process.env): Config {
       replayBufferEvents: int(env, 'SSE_REPLAY_BUFFER_EVENTS', 1000, 1),
       consumerBufferBytes: int(env, 'SSE_CONSUMER_BUFFER_BYTES', 1024 * 1024, 1024),
       consumerRetentionMs: int(env, 'SSE_CONSUMER_RETENTION_MS', 5 * 60_000, 0),
+      eventRetentionMs: int(env, 'SSE_EVENT_RETENTION_MS', 60 * 60_000, 1000),
       maxConsumersPerSession: int(env, 'SSE_MAX_CONSUMERS_PER_SESSION', 16, 1),
     },
     engine: {

@@ -69,7 +69,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       path: `${CHANNEL_BASE}/:sessionId/listen`,
       role: 'channel',
       tag,
-      summary: 'Attach a consumer (first event: session.consumer.attached), or resume one: ?consumerId= with Last-Event-ID',
+      summary: 'Attach a consumer (first event: session.consumer.attached); with Last-Event-ID, the events after it are replayed first (through any gateway)',
       responses: { '200': { description: 'text/event-stream' }, ...errors, '429': { description: 'CONSUMER_LIMIT_REACHED' } },
       async open(ctx, start) {
         const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
@@ -77,9 +77,6 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
         if (consumerId !== undefined && !isUuid(consumerId)) throw new ApiError(400, 'INVALID_CONSUMER_ID', 'consumerId must be a UUID')
         const lastEventId = parseLastEventId(ctx.headers['last-event-id'] ?? ctx.query.get('lastEventId'))
         if (lastEventId === null) throw new ApiError(400, 'INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
-        if (lastEventId !== undefined && consumerId === undefined) {
-          throw new ApiError(400, 'CONSUMER_ID_REQUIRED', 'Resuming with Last-Event-ID needs the consumerId (query consumerId=...)')
-        }
         await hub.listen(
           { sessionId, accountId: ctx.principal.accountId },
           { consumerId: consumerId?.toLowerCase(), lastEventId },

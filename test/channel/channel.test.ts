@@ -85,7 +85,7 @@ t.test('listen: every consumer gets every event; a listener may send', async t =
   const listener = listened.stream!
   const attached = await listener.next()
   t.equal(attached.event, 'session.consumer.attached')
-  t.equal(attached.id, '1')
+  t.equal(attached.id, stream.events.at(-1)!.id, "its id is the session's last event (ids are the session's, not the consumer's)")
   t.equal(attached.data.sessionId, sessionId)
   t.not(attached.data.consumerId, consumerId, 'a new consumer id')
   t.equal((await send(base, sessionId, attached.data.consumerId, 'hello')).status, 201)
@@ -93,6 +93,7 @@ t.test('listen: every consumer gets every event; a listener may send', async t =
   const b = await listener.next('assistant.message')
   t.same(a.data, b.data)
   t.same(stream.names().slice(2), listener.names().slice(1), 'same events in the same order')
+  t.same(stream.events.slice(2).map(e => e.id), listener.events.slice(1).map(e => e.id), 'with the same ids')
   stream.close()
   listener.close()
 })

@@ -1,4 +1,4 @@
-// Reconnection: Last-Event-ID resumption from the replay buffer, the gap notice, takeover,
+// Reconnection: Last-Event-ID resumption from the session's event log, the gap notice, takeover,
 // reconnect_required on shutdown, and slow consumers dropped without slowing anyone else.
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
@@ -29,7 +29,7 @@ async function aTurn(base: string, sessionId: string, consumerId: string, watche
   await watcher.next('crew.status.waiting')
 }
 
-t.test('Last-Event-ID resumes a consumer: missed events replayed with their ids, then attached', async t => {
+t.test('Last-Event-ID resumes a consumer: attached first, then the missed events with their original ids, then live', async t => {
   const { base } = await startTestService(t)
   const { stream, sessionId, consumerId } = await createSession(base)
   await stream.next('crew.status.waiting')
@@ -40,40 +40,61 @@ t.test('Last-Event-ID resumes a consumer: missed events replayed with their ids,
   await closedOnServer(base, 1)
 
   await aTurn(base, sessionId, consumerId, stream)
-  const missed = stream.events.filter(e => e.event !== 'hearthbeat').slice(2) // what the creator saw of the turn
+  const missed = stream.events.filter(e => e.event !== 'hearthbeat' && Number(e.id) > Number(attached.id))
+  t.ok(missed.length >= 4, 'a whole reply was missed')
 
   const resumed = await listener(base, sessionId, `?consumerId=${listenerId}`, { 'Last-Event-ID': attached.id! })
-  const replayedAttached = await resumed.next('session.consumer.attached')
-  const replay = resumed.events.slice(0, -1)
-  t.same(replay.map(e => e.event), missed.map(e => e.event), 'the missed events, in order')
-  t.same(replay.map(e => e.data), missed.map(e => e.data))
-  t.same(replay.map(e => Number(e.id)), replay.map((_, i) => i + 2), 'with their original ids, right after Last-Event-ID')
-  t.same(replayedAttached.data, { sessionId, consumerId: listenerId, resumed: true, lastEventId: 1 })
-  t.equal(Number(replayedAttached.id), replay.length + 2)
+  const again = await resumed.next()
+  t.equal(again.event, 'session.consumer.attached', 'the first event of the stream')
+  t.same(again.data, { sessionId, consumerId: listenerId, resumed: true, lastEventId: Number(attached.id) })
+  t.equal(again.id, attached.id, 'its id is Last-Event-ID: nothing new was sent yet')
+  await resumed.next('crew.status.waiting')
+  const replay = resumed.events.slice(1)
+  t.same(replay.map(e => [e.id, e.event, e.data]), missed.map(e => [e.id, e.event, e.data]), 'the missed events, in order, with their original ids')
 
   await aTurn(base, sessionId, consumerId, resumed, 'again')
-  t.equal(resumed.events.at(-1)!.event, 'crew.status.waiting', 'then live')
+  const live = resumed.events.slice(1 + replay.length)
+  t.same(live.map(e => e.id), stream.events.filter(e => e.event !== 'hearthbeat').slice(-live.length).map(e => e.id), 'then live, ids shared with every consumer')
   stream.close()
   resumed.close()
 })
 
-t.test('a gap the buffer cannot fill is said once, then what is left is replayed', async t => {
+t.test('Last-Event-ID without a consumerId: a new consumer that starts after that id', async t => {
+  const { base } = await startTestService(t)
+  const { stream, sessionId, consumerId } = await createSession(base)
+  await stream.next('crew.status.waiting')
+  await aTurn(base, sessionId, consumerId, stream)
+  const all = stream.events.filter(e => e.event !== 'hearthbeat')
+  const resumed = await listener(base, sessionId, '', { 'Last-Event-ID': '2' })
+  const attached = await resumed.next()
+  t.match(attached, { event: 'session.consumer.attached', id: '2', data: { sessionId, resumed: true, lastEventId: 2 } })
+  t.not(attached.data.consumerId, consumerId, 'a consumer of its own')
+  await resumed.next('crew.status.waiting')
+  t.same(resumed.events.slice(1).map(e => [e.id, e.event]), all.slice(2).map(e => [e.id, e.event]), 'everything after id 2')
+  stream.close()
+  resumed.close()
+})
+
+t.test('a gap the log cannot fill is said once, then what is left is replayed', async t => {
   const { base } = await startTestService(t, { env: { SSE_REPLAY_BUFFER_EVENTS: '3' } })
   const { stream, sessionId, consumerId } = await createSession(base)
+  await stream.next('crew.status.waiting')
   const first = await listener(base, sessionId)
   const attached = await first.next('session.consumer.attached')
   first.close()
   await closedOnServer(base, 1)
   await aTurn(base, sessionId, consumerId, stream, 'a longer message with many words')
+  const lastId = Number(stream.events.at(-1)!.id)
 
   const resumed = await listener(base, sessionId, `?consumerId=${attached.data.consumerId}`, { 'Last-Event-ID': '1' })
-  await resumed.next('session.consumer.attached')
-  const [gap, ...rest] = resumed.events
+  await resumed.next('crew.status.waiting')
+  const [att, gap, ...rest] = resumed.events
+  t.match(att, { event: 'session.consumer.attached', id: '1' })
   t.equal(gap!.event, 'stream.gap')
-  t.match(gap!.data, { sessionId, consumerId: attached.data.consumerId, reason: 'replay_buffer_exceeded', lastEventId: 1, resumedAfter: Number })
-  t.equal(Number(gap!.id), gap!.data.resumedAfter)
-  t.same(rest.slice(0, 3).map(e => e.event), ['assistant.response', 'assistant.message', 'crew.status.waiting'], 'the last 3 events')
-  t.ok(Number(rest[0]!.id) === gap!.data.resumedAfter + 1, 'ids keep increasing')
+  t.same(gap!.data, { sessionId, consumerId: attached.data.consumerId, reason: 'replay_buffer_exceeded', lastEventId: 1, resumedAfter: lastId - 3 })
+  t.equal(Number(gap!.id), gap!.data.resumedAfter, 'its id is the last one lost')
+  t.same(rest.map(e => e.event), ['assistant.response', 'assistant.message', 'crew.status.waiting'], 'the last 3 events')
+  t.same(rest.map(e => Number(e.id)), [lastId - 2, lastId - 1, lastId], 'with their ids')
   stream.close()
   resumed.close()
 })
@@ -81,11 +102,10 @@ t.test('a gap the buffer cannot fill is said once, then what is left is replayed
 t.test('resume edge cases', async t => {
   const { base } = await startTestService(t)
   const { stream, sessionId } = await createSession(base)
+  await stream.next('crew.status.waiting')
   const bad = await openSse(base, 'POST', `${CHANNEL}/${sessionId}/listen?consumerId=7d2c1b56-43c1-4a8e-9f11-0b8e2a3c9d10`, { headers: { 'Last-Event-ID': 'x1' } })
   t.equal(bad.status, 400)
   t.equal(bad.json.code, 'INVALID_LAST_EVENT_ID')
-  const noConsumer = await openSse(base, 'POST', `${CHANNEL}/${sessionId}/listen`, { headers: { 'Last-Event-ID': '3' } })
-  t.equal(noConsumer.json.code, 'CONSUMER_ID_REQUIRED')
   t.equal((await openSse(base, 'POST', `${CHANNEL}/${sessionId}/listen?consumerId=zzz`)).json.code, 'INVALID_CONSUMER_ID')
 
   const l = await listener(base, sessionId)
@@ -100,15 +120,11 @@ t.test('resume edge cases', async t => {
   await l.ended_()
   t.pass('the old stream was ended')
 
-  // A consumer this node does not know (expired, or attached on another node).
+  // A consumer this gateway does not know (expired, or attached through another gateway).
   const stranger = '7d2c1b56-43c1-4a8e-9f11-0b8e2a3c9d10'
-  const unknown = await listener(base, sessionId, `?consumerId=${stranger}`, { 'Last-Event-ID': '5' })
-  const gap = await unknown.next()
-  t.equal(gap.event, 'stream.gap')
-  t.match(gap.data, { reason: 'unknown_consumer', lastEventId: 5, consumerId: stranger })
-  t.equal(gap.id, '6')
-  const att = await unknown.next()
-  t.match(att, { event: 'session.consumer.attached', id: '7', data: { consumerId: stranger, resumed: true } })
+  const unknown = await listener(base, sessionId, `?consumerId=${stranger}`, { 'Last-Event-ID': '1' })
+  t.match(await unknown.next(), { event: 'session.consumer.attached', id: '1', data: { consumerId: stranger, resumed: true, lastEventId: 1 } })
+  t.match(await unknown.next(), { event: 'crew.status.waiting', id: '2' }, 'resumed without loss')
   for (const s of [stream, takeover, unknown]) s.close()
 })
 
@@ -130,7 +146,7 @@ t.test('eventsource-client listens and tracks Last-Event-ID; a new client resume
   })
   for (let i = 0; i < 200 && !seen.some(m => m.event === 'session.consumer.attached'); i++) await sleep(10)
   await aTurn(base, sessionId, consumerId, stream)
-  for (let i = 0; i < 200 && seen.filter(m => m.event === 'crew.status.waiting').length < 1; i++) await sleep(10)
+  for (let i = 0; i < 200 && seen.filter(m => m.event === 'crew.status.waiting').length < 2; i++) await sleep(10)
   t.ok(seen.some(m => m.event === 'assistant.message'))
   t.equal(es.lastEventId, seen.at(-1)!.id)
   es.close()
@@ -228,10 +244,12 @@ t.test('a slow consumer is dropped with reconnect_required; nobody else waits; i
   const resumed = await listener(base, sessionId, `?consumerId=${slowId}`, { 'Last-Event-ID': String(lastSeen) })
   const att = await resumed.next('session.consumer.attached', 10_000)
   t.equal(att.data.resumed, true)
+  await resumed.next(e => e.event === 'assistant.message' && e.data.text === lastText, 10_000)
   const replayed = resumed.events.filter(e => e.event === 'assistant.message')
   t.ok(replayed.length > 0, 'what it missed is replayed')
   t.equal(replayed.at(-1)!.data.text, lastText, 'up to the last event')
-  t.equal(Number(resumed.events[0]!.id), lastSeen + 1)
+  t.equal(Number(resumed.events[0]!.id), lastSeen, 'attached carries Last-Event-ID')
+  t.equal(Number(resumed.events[1]!.id), lastSeen + 1, 'the replay starts right after it')
 
   // The session never noticed.
   t.equal((await call(base, 'PUT', `${ADMIN}/${sessionId}/whisper`, { body: { text: 'still here' }, headers: admin })).status, 200)

@@ -10,9 +10,9 @@
 //     acknowledged message is in its session's history exactly once, every session answers
 //     again, every load ends `succeeded` with exact counters, the batch holds exactly the
 //     contacts sent.
-//  3. A client that reconnects through the *other* gateway with Last-Event-ID: replay buffers
-//     are per gateway, so it gets the documented `stream.gap {reason: "unknown_consumer"}` and
-//     then the live events.
+//  3. A client that reconnects through the *other* gateway with Last-Event-ID gets every event
+//     it missed (read back from the session's JetStream event log) with its original id, then
+//     the live events.
 //  4. The nats-server is restarted (same port, same JetStream store): every process reconnects
 //     and the service recovers (a new session, a message to an old session, a new load).
 import t from 'tap'
@@ -241,6 +241,11 @@ t.test('2 gateways, 2 engines, 2 workers: kill -9 an engine and a worker, restar
     t.same(users, s.acked, `session ${s.i}: the restored conversation holds every acknowledged message`)
   }
   t.ok(bystanders.length >= 1, 'the survivor kept its own sessions')
+  for (const s of sessions) {
+    // The new owner numbers on from the log: every stream's ids run on without a hole or a repeat.
+    const ids = s.stream.events.filter(e => e.event !== 'hearthbeat').map(e => Number(e.id))
+    t.ok(ids.every((id, i) => id === ids[0]! + i), `session ${s.i}: stream ids ${ids[0]}..${ids.at(-1)} contiguous across the failover`)
+  }
 
   const results = await waitOperations(A, operationIds, 45_000, outputs)
   for (const id of operationIds) t.match(results.get(id), exactLoad(PER_LOAD), `load ${id}: exact counters`)
@@ -253,19 +258,31 @@ t.test('2 gateways, 2 engines, 2 workers: kill -9 an engine and a worker, restar
   // ---------------------------------------------------------------- 3. Last-Event-ID through the other gateway
   {
     const s = sessions[0]!
-    const lastId = s.stream.events.filter(e => e.id !== undefined).at(-1)!.id!
+    // A second listener on the home gateway sees what the disconnected client misses.
+    const witness = (await openSse(s.home, 'POST', `${CHANNEL}/${s.sessionId}/listen`)).stream!
+    await witness.next('session.consumer.attached')
+    const lastId = Number(s.stream.events.filter(e => e.id !== undefined && e.event !== 'hearthbeat').at(-1)!.id)
     s.stream.close()
-    const resumed = await openSse(s.other, 'POST', `${CHANNEL}/${s.sessionId}/listen?consumerId=${s.consumerId}`, { headers: { 'Last-Event-ID': lastId } })
+    await say(s.home, s, 'while away')
+    await witness.next(e => e.event === 'assistant.message' && String(e.data.text).includes('while away'), 15_000)
+    await witness.next('crew.status.waiting', 15_000)
+    const missed = witness.events.filter(e => e.event !== 'hearthbeat' && Number(e.id) > lastId)
+
+    const resumed = await openSse(s.other, 'POST', `${CHANNEL}/${s.sessionId}/listen?consumerId=${s.consumerId}`, { headers: { 'Last-Event-ID': String(lastId) } })
     t.equal(resumed.status, 200, 'the other gateway accepts the resumption')
     const stream = resumed.stream!
-    const gap = await stream.next()
-    t.equal(gap.event, 'stream.gap', 'first event: stream.gap (the replay buffer lives in the home gateway)')
-    t.match(gap.data, { reason: 'unknown_consumer', lastEventId: Number(lastId), consumerId: s.consumerId })
-    t.ok(Number(gap.id) > Number(lastId), 'ids carry on after Last-Event-ID')
-    await stream.next('session.consumer.attached')
+    t.match(await stream.next(), { event: 'session.consumer.attached', id: String(lastId), data: { consumerId: s.consumerId, resumed: true, lastEventId: lastId } })
+    for (let i = 0; i < missed.length; i++) await stream.next(undefined, 15_000)
+    t.same(
+      stream.events.slice(1).map(e => [e.id, e.event, e.data]),
+      missed.map(e => [e.id, e.event, e.data]),
+      'every event missed while away, in order, with its original id, from a gateway that never served the session',
+    )
     await say(s.other, s, 'hello again')
-    await stream.next(e => e.event === 'assistant.message' && e.data.text === 'Hello! How can I help you today?', 15_000)
-    t.pass('the resumed stream carries the live events')
+    const live = await stream.next(e => e.event === 'assistant.message' && e.data.text === 'Hello! How can I help you today?', 15_000)
+    const seen = await witness.next(e => e.event === 'assistant.message' && e.data.text === 'Hello! How can I help you today?', 15_000)
+    t.equal(live.id, seen.id, 'then live, with the same ids as on the home gateway')
+    witness.close()
     s.stream = stream
   }
 
