@@ -845,6 +845,29 @@ export class SessionHost {
     if (live) this.drop(live, why)
   }
 
+  /**
+   * Graceful hand-over (an engine node draining): waits at most `timeoutMs` for the reply or tool
+   * round in progress to end, persists the session and lets its actor go without ending the
+   * session, for another node to restore. Answers the session's account (undefined: not here).
+   */
+  async handOver(sessionId: string, timeoutMs: number): Promise<string | undefined> {
+    const live = this.live.get(sessionId)
+    if (!live || live.finished) return undefined
+    await settled(live.actor, timeoutMs)
+    if (live.finished) return undefined
+    if (live.idleTimer) clearTimeout(live.idleTimer.timer)
+    for (const timer of live.toolTimers.values()) clearTimeout(timer)
+    this.schedulePersist(live)
+    await this.flushed(live)
+    if (live.finished) return undefined
+    live.finished = true
+    live.listeners.clear()
+    live.actor.stop()
+    if (this.live.get(live.id) === live) this.live.delete(live.id)
+    this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
+    return live.accountId
+  }
+
   /** Stops actors without destroying sessions: they stay persisted for a restore. */
   async stop() {
     this.stopped = true
@@ -867,6 +890,21 @@ export class SessionHost {
 }
 
 const isGenerating = (snapshot: SessionSnapshot) => snapshot.matches({ active: 'generating' })
+const isBusy = (snapshot: SessionSnapshot) => snapshot.status === 'active' && (isGenerating(snapshot) || snapshot.matches({ active: 'tooling' }))
+
+/** Resolves once the session is between turns (idle, paused or ended), or after `timeoutMs`. */
+function settled(actor: Actor<typeof sessionMachine>, timeoutMs: number): Promise<void> {
+  if (!isBusy(actor.getSnapshot())) return Promise.resolve()
+  return new Promise(resolve => {
+    const done = () => {
+      clearTimeout(timer)
+      subscription.unsubscribe()
+      resolve()
+    }
+    const timer = setTimeout(done, timeoutMs)
+    const subscription = actor.subscribe({ next: snapshot => void (isBusy(snapshot) || done()), error: done, complete: done })
+  })
+}
 
 function runBuiltin(tool: ToolDefinition, args: Record<string, unknown>, at: number): unknown {
   switch (tool.handler) {

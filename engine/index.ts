@@ -151,6 +151,10 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     },
     async stop() {
       hub.shutdown()
+      if (node) {
+        const sessions = await node.drain(config.engine.drainTimeoutMs)
+        logger.info('engine node drained', { node: node.nodeId, sessions })
+      }
       node?.stopIntake()
       await host?.stop()
       if (ownership) await ownership.stop()

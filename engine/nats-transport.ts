@@ -319,6 +319,36 @@ export class EngineNode {
     this.sessionSubs.set(sessionId, sub)
   }
 
+  /**
+   * Graceful stop (SIGTERM): no new sessions come here; every session finishes the reply in
+   * progress (at most `timeoutMs`), is persisted, its lease released, and another node is asked
+   * to restore it at once, so its timers and streams go on there. Events keep their seqs (the
+   * new owner numbers on from the event log), so streams see no gap and need no reconnect.
+   */
+  async drain(timeoutMs: number) {
+    for (const sub of this.subs) sub.unsubscribe()
+    this.subs.length = 0
+    await this.ownership.leave()
+    const sessions = [...this.sessionSubs.keys()]
+    await Promise.all(sessions.map(sessionId => this.handOver(sessionId, timeoutMs)))
+    return sessions.length
+  }
+
+  private async handOver(sessionId: string, timeoutMs: number) {
+    const accountId = await this.host.handOver(sessionId, timeoutMs)
+    await this.ownership.release(sessionId)
+    this.sessionSubs.get(sessionId)?.unsubscribe()
+    this.sessionSubs.delete(sessionId)
+    if (accountId === undefined) return
+    const node = this.ownership.directory.leastLoaded(new Set([this.nodeId]))
+    if (!node) return // the last node: the session is restored by whichever node starts next
+    try {
+      await this.nc.request(nodeSubject(node, 'claim'), JSON.stringify({ target: { sessionId, accountId } }), { timeout: 5_000 })
+    } catch (error) {
+      this.logger.warn('handed-over session not restored yet; its next command will', { sessionId, error })
+    }
+  }
+
   /** Stops taking requests (the host is stopped next, then the leases are released). */
   stopIntake() {
     for (const sub of [...this.subs, ...this.sessionSubs.values()]) sub.unsubscribe()

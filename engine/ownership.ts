@@ -301,6 +301,17 @@ export class Ownership implements SessionLeases {
     }
   }
 
+  /** Draining: out of the directory (no new sessions are placed here); leases are still renewed. */
+  async leave() {
+    clearInterval(this.heartbeat)
+    this.heartbeat = undefined
+    try {
+      await this.directory.bucket.delete(this.nodeId)
+    } catch (error) {
+      this.logger.warn('engine node not removed from the directory', { error })
+    }
+  }
+
   /** Stops the heartbeat, releases every lease and removes this node from the directory. */
   async stop() {
     this.stopped = true

@@ -80,6 +80,8 @@ export interface Config {
     leaseRenewMs: number
     /** Gateways over NATS: how long a command waits for the engine node's answer. */
     requestTimeoutMs: number
+    /** Graceful stop of an engine node: longest wait for the replies in progress before hand-over. */
+    drainTimeoutMs: number
   }
   crewsFile: string
   reportsFile: string
@@ -203,6 +205,7 @@ export function loadConfig(env: Env = process.env): Config {
       heartbeatMs: int(env, 'ENGINE_HEARTBEAT_MS', 1000, 50),
       leaseRenewMs: int(env, 'ENGINE_LEASE_RENEW_MS', 2000, 50),
       requestTimeoutMs: int(env, 'ENGINE_REQUEST_TIMEOUT_MS', 15_000, 100),
+      drainTimeoutMs: int(env, 'ENGINE_DRAIN_TIMEOUT_MS', 10_000, 0),
     },
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',

@@ -49,6 +49,8 @@ export interface Proc {
   alive: () => boolean
   /** SIGKILL and wait for the exit (no-op once exited). */
   kill: () => Promise<void>
+  /** SIGTERM (a graceful stop) and wait for the exit: its exit code. */
+  terminate: () => Promise<number | null>
 }
 
 interface Teardown {
@@ -75,8 +77,13 @@ export async function startProcess(t: Teardown | undefined, name: string, env: R
     if (alive()) child.kill('SIGKILL')
     await exited
   }
+  const terminate = async () => {
+    if (alive()) child.kill('SIGTERM')
+    await exited
+    return child.exitCode
+  }
   t?.teardown(kill)
-  return { name, port, base: `http://127.0.0.1:${port}`, child, output: () => output, exited, alive, kill }
+  return { name, port, base: `http://127.0.0.1:${port}`, child, output: () => output, exited, alive, kill, terminate }
 }
 
 export async function waitHealthy(proc: Proc, timeoutMs = 45_000): Promise<Record<string, any>> {
