@@ -15,7 +15,9 @@
 // session's document when it restores the session and makes its snapshot writes conditional on
 // it, so a node that lost its lease (paused, partitioned) can no longer overwrite the new
 // owner's state; the node also stops writing once its lease was not renewed within
-// 3 renew periods, and drops the actor when a renewal's compare-and-set fails.
+// 3 renew periods, and drops the actor when a renewal's compare-and-set fails. A node whose
+// NATS connection drops drops every session at once (watchConnection): a survivor may already
+// own them, and after reconnecting the node must not serve them next to it.
 import { NoRespondersError, RequestError, type NatsConnection, type QueuedIterator } from '@nats-io/transport-node'
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream'
 import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv'
@@ -179,6 +181,30 @@ export class Ownership implements SessionLeases {
     this.heartbeat.unref()
     this.renewal = setInterval(() => void this.renewAll(), this.timing.renewMs)
     this.renewal.unref()
+    void this.watchConnection()
+  }
+
+  /**
+   * A lost NATS connection may have lost every session: the server dropped this node's
+   * subscriptions at once, so a gateway's command finds no responder and a live node takes the
+   * session over (a partition looks like a death). Once reconnected, this node would subscribe
+   * to those sessions' command subjects again next to their new owner and get their commands
+   * too, and its stale actors would run them (or answer NOT_OWNER first, and the gateway sends
+   * the command to the owner a second time). So it drops them all as soon as the connection
+   * goes: nothing more is written from here, and a session still its own comes back through
+   * a claim (restored from its last snapshot) on its next command.
+   */
+  private async watchConnection() {
+    for await (const status of this.nc.status()) {
+      if (this.stopped) return
+      if (status.type !== 'disconnect') continue
+      const lost = [...this.leases.keys()]
+      if (lost.length) this.logger.warn('nats disconnected: dropping every session hosted here', { sessions: lost.length })
+      for (const sessionId of lost) {
+        this.leases.delete(sessionId)
+        this.onLost(sessionId)
+      }
+    }
   }
 
   private async beat() {
