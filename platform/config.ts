@@ -80,6 +80,8 @@ export interface Config {
     leaseRenewMs: number
     /** Gateways over NATS: how long a command waits for the engine node's answer. */
     requestTimeoutMs: number
+    /** How often a session host closes orphans: sessions live in the store, on no node, past their idle deadline. */
+    reaperIntervalMs: number
   }
   crewsFile: string
   reportsFile: string
@@ -203,6 +205,7 @@ export function loadConfig(env: Env = process.env): Config {
       heartbeatMs: int(env, 'ENGINE_HEARTBEAT_MS', 1000, 50),
       leaseRenewMs: int(env, 'ENGINE_LEASE_RENEW_MS', 2000, 50),
       requestTimeoutMs: int(env, 'ENGINE_REQUEST_TIMEOUT_MS', 15_000, 100),
+      reaperIntervalMs: int(env, 'ENGINE_REAPER_INTERVAL_MS', 60_000, 10),
     },
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',
