@@ -18,7 +18,7 @@ import { DEFAULT_CREWS } from './fixtures/crews.js'
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 const IDLE = 1500
 type Tap = { rejects(p: Promise<unknown>, pattern: object, message: string): Promise<void> }
-const LIMIT = 3
+const LIMIT = 4
 
 async function storeFor(t: { teardown(fn: () => unknown): void }, kind: StoreKind): Promise<Store> {
   if (kind === 'memory') return new MemoryStore()
@@ -61,7 +61,9 @@ async function until(what: string, check: () => Promise<boolean>, ms = 8000) {
 
 /**
  * Host A fills the crew (LIMIT sessions of acme) and goes away without closing them: one
- * conversation idle with a snapshot, one paused, one still in its first reply (no snapshot yet).
+ * conversation idle with a snapshot, one paused, one with an acknowledged message whose reply
+ * was cut off (a restore owes it a reply; past its deadline it expires instead), one still in
+ * its first reply (no snapshot yet).
  */
 async function orphansOf(t: Tap, store: Store): Promise<string[]> {
   const a = node(store, { ENGINE_REAPER_INTERVAL_MS: '60000' })
@@ -75,11 +77,15 @@ async function orphansOf(t: Tap, store: Store): Promise<string[]> {
     const docs = await sessions.find({ _id: { $in: [idle, paused] }, snapshot: { $ne: null } })
     return docs.length === 2 && docs.every(d => JSON.parse(d.snapshot).value.active !== 'generating')
   })
+  const owed = await create(a)
+  await until('the opening persisted', async () => (await sessions.findOne({ _id: owed }))?.snapshot != null)
+  await a.transport.command({ sessionId: owed, accountId: 'acme' }, { type: 'user.message', consumerId: 'c1', text: 'hello' })
+  await a.transport.command({ sessionId: owed, accountId: 'acme' }, { type: 'query.history', after: 0, limit: 1 }) // the message is written
   const first = await create(a, 'acme', { outbound: { type: 'dynamic', parameters: { previousWhisperedMessages: [] } } })
   await t.rejects(create(a), { status: 429, code: 'SESSION_LIMIT_REACHED' }, 'the crew is full')
   // Gone: actors stopped without their destroy path (sessions stay persisted as live).
   await a.stop()
-  return [idle, paused, first]
+  return [idle, paused, owed, first]
 }
 
 for (const kind of STORES) {
@@ -87,9 +93,13 @@ for (const kind of STORES) {
     const store = await storeFor(t, kind)
     const orphans = await orphansOf(t, store)
     const docs = await store.collection('engine_sessions').find({ _id: { $in: orphans } })
-    t.same(docs.map(d => d.state).sort(), ['active', 'active', 'paused'], 'persisted as live')
+    t.same(docs.map(d => d.state).sort(), ['active', 'active', 'active', 'paused'], 'persisted as live')
     t.equal(docs.filter(d => d.snapshot === null).length, 1, 'one died in its first reply, before any snapshot')
     const deadline = Math.max(...docs.map(d => d.deadlines.idle))
+    const owed = docs.find(d => d._id === orphans[2])!
+    const unanswered = await store.collection('engine_session_log').find({ sessionId: owed._id, seq: { $gt: JSON.parse(owed.snapshot).context.seq } })
+    t.same(unanswered.map(e => e.type).filter(type => type.startsWith('message.')), ['message.user'], 'one orphan owes a reply to an acknowledged message')
+    const repliesBefore = (await store.collection('session_records').findOne({ _id: owed._id }))!.assistant_messages
 
     // B's own sessions idle out later than A's orphans (whose deadlines come from A's snapshots).
     const b = node(store, { ENGINE_REAPER_INTERVAL_MS: '100', SESSION_IDLE_TIMEOUT_MS: '60000' })
@@ -107,6 +117,7 @@ for (const kind of STORES) {
       t.equal(await store.collection('engine_session_log').countDocuments({ sessionId: id }), 0, 'its log is gone')
     }
     t.equal(await slotsOf(store), 0, 'each orphan released its slot once')
+    t.equal((await store.collection('session_records').findOne({ _id: owed._id }))!.assistant_messages, repliesBefore, 'the owed reply is not generated for a reaped orphan')
     t.ok(b.host!.hosts(mine), 'the session live on B is not touched')
     t.equal(await slotsOf(store, 'globex'), 1)
 
@@ -144,6 +155,6 @@ t.test('two reapers at once release each orphan slot exactly once', async t => {
   await until('every orphan closed', async () => (await store.collection('engine_sessions').countDocuments({ _id: { $in: orphans }, state: 'destroyed' })) === orphans.length)
   await until('every record ended', async () => (await store.collection('session_records').countDocuments({ _id: { $in: orphans }, status: 'abandoned' })) === orphans.length)
   await sleep(100) // the losing closes finish too
-  t.equal(await slotsOf(store), 1, 'three orphans, three releases: the other place is still counted')
+  t.equal(await slotsOf(store), 1, 'one release per orphan: the other place is still counted')
   t.equal(await store.collection('session_records').countDocuments({ _id: { $in: orphans }, end_reason: 'idle_timeout' }), orphans.length)
 })
