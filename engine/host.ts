@@ -153,6 +153,8 @@ export class SessionHost {
     const { store } = this.options.platform
     await store.ensureIndexes(SESSIONS, [
       { name: 'account_crew_state', key: { accountId: 1, crewId: 1, state: 1 } },
+      // The orphan reaper (engine/reaper.ts): live sessions whose idle deadline has passed.
+      { name: 'state_idle_deadline', key: { state: 1, 'deadlines.idle': 1 } },
       // Tombstones of destroyed sessions are kept a day (a late call says "destroyed", then 404).
       { name: 'destroyed_ttl', key: { destroyedAt: 1 }, expireAfterSeconds: 86_400 },
     ])
@@ -683,11 +685,13 @@ export class SessionHost {
     // Resources released: the log and the snapshot go; a tombstone says it was destroyed.
     live.cleanup = (async () => {
       await this.flushed(live)
-      await this.slots.release(live.accountId, live.crew.id)
-      await this.sessions.updateOne(
-        { _id: live.id },
+      // Conditional: two nodes closing the same session (reapers racing, engine/reaper.ts)
+      // free its crew slot once, whoever turns the document into a tombstone first.
+      const closed = await this.sessions.updateOne(
+        { _id: live.id, state: { $in: ['active', 'paused'] } },
         { $set: { state: 'destroyed', snapshot: null, destroyedAt: new Date(this.now), closeReason: context.closeReason ?? 'destroyed' } },
       )
+      if (closed.matchedCount === 1) await this.slots.release(live.accountId, live.crew.id)
       await this.log.deleteMany({ sessionId: live.id })
     })()
       .catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
@@ -811,7 +815,8 @@ export class SessionHost {
       setImmediate(() => {
         const attend: SessionEvent = { type: 'admin.attend', userId: 'system:restore', at: this.now }
         const now = live.actor.getSnapshot()
-        if (live.finished || !now.matches({ active: 'idle' }) || !now.context.replyOwed || !now.can(attend)) return
+        // Past its idle deadline it expires instead (a reaped orphan is not answered).
+        if (live.finished || !now.matches({ active: 'idle' }) || !now.context.replyOwed || !now.can(attend) || now.context.idleDeadline <= attend.at) return
         live.actor.send(attend)
         this.afterEvent(live)
       })

@@ -17,6 +17,7 @@ import { EngineNode, NatsSessionTransport } from './nats-transport.js'
 import { NodeDirectory, Ownership } from './ownership.js'
 import type { EventLog } from './event-log.js'
 import { JetStreamEventLog } from './jetstream-event-log.js'
+import { OrphanReaper } from './reaper.js'
 import type { NatsConnection } from '@nats-io/transport-node'
 
 export { CrewConfigError, loadCrews, parseCrews } from './crews.js'
@@ -48,6 +49,7 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
   const cluster = options.cluster
   if (cluster) return createClusteredEngine(platform, crews, cluster, options)
   const host = newHost(platform, crews, options)
+  const reaper = newReaper(platform, host)
   const transport: SessionTransport = new InProcessTransport(host)
   const hub = newHub(platform, transport)
   return {
@@ -57,10 +59,14 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
     transport,
     node: undefined,
     routes: [...channelRoutes(hub, transport), ...adminRoutes(transport)],
-    start: () => host.init(),
+    async start() {
+      await host.init()
+      reaper.start()
+    },
     async stop() {
       // Streams first (reconnect_required), then the actors, which stay persisted for a restore.
       hub.shutdown()
+      await reaper.stop()
       await host.stop()
     },
   }
@@ -77,6 +83,12 @@ function newHost(platform: Platform, crews: CrewCatalog, options: EngineOptions,
     externalToolTimeoutMs: platform.config.engine.externalToolTimeoutMs,
     ...cluster,
   })
+}
+
+/** Closes sessions of dead nodes past their idle deadline; see engine/reaper.ts. */
+function newReaper(platform: Platform, host: SessionHost, leases?: ConstructorParameters<typeof OrphanReaper>[0]['leases']) {
+  const { store, clock, logger, config } = platform
+  return new OrphanReaper({ host, store, clock, logger: logger.child({ engine: 'reaper' }), intervalMs: config.engine.reaperIntervalMs, leases })
 }
 
 function newHub(platform: Platform, transport: SessionTransport) {
@@ -102,6 +114,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
   const node = hosting ? new EngineNode(cluster.nc, logger.child({ engine: 'node' })) : undefined
   let ownership: Ownership | undefined
   let directory: NodeDirectory | undefined
+  let reaper: OrphanReaper | undefined
   // The host asks the ownership for leases; both exist once start() opened the buckets.
   const leases = {
     token: (sessionId: string) => ownership?.token(sessionId),
@@ -146,11 +159,18 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
         ownership = await Ownership.open(cluster.nc, { nodeId: node.nodeId, timing, replicas: cluster.replicas, load: () => host.liveCount(), logger, directory })
         node.attach(host, ownership)
         await node.start()
+        const owners = ownership
+        reaper = newReaper(platform, host, {
+          claim: async sessionId => !('owner' in (await owners.claim(sessionId))),
+          release: sessionId => owners.release(sessionId),
+        })
+        reaper.start()
         logger.info('engine node started', { node: node.nodeId })
       }
     },
     async stop() {
       hub.shutdown()
+      await reaper?.stop() // a draining node restores no orphans
       if (node) {
         const sessions = await node.drain(config.engine.drainTimeoutMs)
         logger.info('engine node drained', { node: node.nodeId, sessions })

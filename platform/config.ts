@@ -82,6 +82,8 @@ export interface Config {
     requestTimeoutMs: number
     /** Graceful stop of an engine node: longest wait for the replies in progress before hand-over. */
     drainTimeoutMs: number
+    /** How often a session host closes orphans: sessions live in the store, on no node, past their idle deadline. */
+    reaperIntervalMs: number
   }
   crewsFile: string
   reportsFile: string
@@ -206,6 +208,7 @@ export function loadConfig(env: Env = process.env): Config {
       leaseRenewMs: int(env, 'ENGINE_LEASE_RENEW_MS', 2000, 50),
       requestTimeoutMs: int(env, 'ENGINE_REQUEST_TIMEOUT_MS', 15_000, 100),
       drainTimeoutMs: int(env, 'ENGINE_DRAIN_TIMEOUT_MS', 10_000, 0),
+      reaperIntervalMs: int(env, 'ENGINE_REAPER_INTERVAL_MS', 60_000, 10),
     },
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',
