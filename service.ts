@@ -91,10 +91,24 @@ export async function startService(config: Config, overrides: ServiceOverrides =
     maxUploadBytes: config.maxUploadBytes,
     streamBufferBytes: config.channel.consumerBufferBytes,
     publicDocuments: {
-      '/healthz': async () => ({
-        status: 200,
-        body: { status: 'ok', version: VERSION, role: config.role, store: store.kind, bus: bus instanceof NatsBus ? 'nats' : 'memory', modules: modules.map(m => m.name), dialerWorkers, ...(engine?.node ? { engineNode: engine.node.nodeId } : {}) },
-      }),
+      // 503 while NATS is unreachable: a load balancer then routes around this process.
+      '/healthz': async () => {
+        const nats = bus instanceof NatsBus ? (bus.connected ? 'connected' : 'disconnected') : undefined
+        return {
+          status: nats === 'disconnected' ? 503 : 200,
+          body: {
+            status: nats === 'disconnected' ? 'degraded' : 'ok',
+            version: VERSION,
+            role: config.role,
+            store: store.kind,
+            bus: bus instanceof NatsBus ? 'nats' : 'memory',
+            ...(nats ? { nats } : {}),
+            modules: modules.map(m => m.name),
+            dialerWorkers,
+            ...(engine?.node ? { engineNode: engine.node.nodeId } : {}),
+          },
+        }
+      },
       ...(servesRoutes ? { '/openapi.json': async () => ({ status: 200, body: openapi }) } : {}),
     },
   })

@@ -48,8 +48,8 @@ export class MemoryEventLog implements EventLog {
     let ring = this.rings.get(sessionId)
     if (!ring) this.rings.set(sessionId, (ring = []))
     ring.push(event)
-    // Trimmed in batches: one splice per `capacity` appends instead of a shift per event.
-    if (ring.length >= this.capacity * 2) ring.splice(0, ring.length - this.capacity)
+    // Trimmed in batches (one splice per capacity/4 appends instead of a shift per event).
+    if (ring.length >= this.capacity + Math.max(16, this.capacity >> 2)) ring.splice(0, ring.length - this.capacity)
   }
 
   async read(sessionId: string, after: number): Promise<StreamEvent[]> {

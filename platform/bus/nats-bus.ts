@@ -270,6 +270,7 @@ export class NatsBus implements Bus {
   private readonly queues = new Map<string, NatsQueue<any>>()
   readonly options: ResolvedOptions
   closed = false
+  private linked = true
 
   private constructor(
     readonly connection: NatsConnection,
@@ -312,10 +313,20 @@ export class NatsBus implements Bus {
     }
   }
 
+  /** False while the connection to NATS is down (the client is reconnecting). */
+  get connected(): boolean {
+    return this.linked && !this.connection.isClosed()
+  }
+
   private async watch() {
     for await (const status of this.connection.status()) {
-      if (status.type === 'disconnect') this.logger.warn('nats disconnected', { server: status.server })
-      else if (status.type === 'reconnect') this.logger.info('nats reconnected', { server: status.server })
+      if (status.type === 'disconnect') {
+        this.linked = false
+        this.logger.warn('nats disconnected', { server: status.server })
+      } else if (status.type === 'reconnect') {
+        this.linked = true
+        this.logger.info('nats reconnected', { server: status.server })
+      }
       else if (status.type === 'error') this.logger.warn('nats error', { error: status.error })
     }
   }

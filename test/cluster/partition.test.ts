@@ -169,6 +169,8 @@ t.test('an engine node and a worker partitioned from NATS, then healed', async t
   // Fencing starts on the partitioned side: it may have lost every session (a survivor can take
   // them over at once), so it stops hosting them — and writing them to MongoDB, still reachable.
   const dropped = until('engine-2 dropped its sessions', async () => (await liveOn(e2)) === 0, 5000).then(() => Date.now() - cutAt)
+  await until('engine-2 /healthz says NATS is down', async () => (await fetch(`${e2.base}/healthz`)).status === 503, 5000)
+  t.match(await (await fetch(`${e2.base}/healthz`)).json(), { status: 'degraded', nats: 'disconnected' }, 'engine-2 /healthz: 503 while cut off (a load balancer routes around it)')
   const refused: string[] = []
   const failover = await Promise.all(
     victims.map(async s => {
