@@ -49,7 +49,12 @@ type Reply = { ok: true; result?: unknown } | { ok: false; error?: WireError; re
 interface SessionRequest {
   target: SessionTarget
   command?: SessionCommand
+  /** One id per command, kept when the gateway re-sends it through a claim (see EngineNode.run). */
+  id?: string
 }
+
+/** Commands an engine node remembers by id (about a minute of traffic at a few hundred per second). */
+const RECENT_COMMANDS = 20_000
 
 const isTimeout = (error: unknown) => error instanceof TimeoutError || (error instanceof Error && error.cause instanceof TimeoutError)
 
@@ -129,7 +134,7 @@ export class NatsSessionTransport implements SessionTransport {
   }
 
   command(target: SessionTarget, command: SessionCommand): Promise<unknown> {
-    return this.send({ target, command })
+    return this.send({ target, command, id: randomUUID() })
   }
 
   async subscribe(target: SessionTarget, listener: TransportListener): Promise<FeedSubscription> {
@@ -207,6 +212,8 @@ export class EngineNode {
   private readonly subs: NatsSubscription[] = []
   private readonly sessionSubs = new Map<string, NatsSubscription>()
   private readonly claiming = new Map<string, Promise<Redirect | undefined>>()
+  /** Outcomes of recent commands by id, oldest first. */
+  private readonly recent = new Map<string, Promise<unknown>>()
   private host!: SessionHost
   ownership!: Ownership
 
@@ -271,14 +278,23 @@ export class EngineNode {
 
   /** Runs a session request here; with `claim`, first takes the session if nobody live owns it. */
   private async run(request: SessionRequest, claim: boolean): Promise<unknown> {
-    const { target, command } = request
+    const { target, command, id } = request
     if (!this.host.hosts(target.sessionId) || this.ownership.token(target.sessionId) === undefined) {
       if (!claim) throw new ApiError(503, 'NOT_OWNER', `Session ${target.sessionId} is not hosted by this node`)
       const redirect = await this.take(target)
       if (redirect) return redirect
     }
     if (!command) return this.host.touch(target)
-    return this.host.command(target, command)
+    if (!id) return this.host.command(target, command)
+    // A stale subscriber (a node that has just lost or handed over the session) may answer
+    // NOT_OWNER before the owner answers the same request; the gateway then re-sends it through
+    // a claim, which reaches the owner again. The owner runs each command id once.
+    const seen = this.recent.get(id)
+    if (seen) return seen
+    const outcome = this.host.command(target, command)
+    this.recent.set(id, outcome)
+    if (this.recent.size > RECENT_COMMANDS) this.recent.delete(this.recent.keys().next().value!)
+    return outcome
   }
 
   /** Claims and restores one session (one attempt at a time per session on this node). */

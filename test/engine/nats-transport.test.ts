@@ -81,6 +81,21 @@ t.test('two engine nodes behind one gateway over NATS', async t => {
   t.not((await owners.get(s0.sessionId))?.operation, 'PUT', 'the lease is released on destroy')
   t.equal((await call(gw.base, 'GET', `${ADMIN}/${s0.sessionId}/snapshot`, { headers: { UserId: 'sup' } })).status, 404)
 
+  // A stale subscriber on a session's command subject (a node that just lost or handed the session
+  // over) answers NOT_OWNER before the owner answers the same request; the gateway re-sends the
+  // command through a claim, which reaches the owner again: the message is still applied once.
+  const s1 = sessions[1]!
+  const stale = probe.subscribe(`sb.session.${s1.sessionId}.cmd`, {
+    callback: (_error, msg) => msg.respond(JSON.stringify({ ok: false, error: { status: 503, code: 'NOT_OWNER', message: 'not hosted here' } })),
+  })
+  await probe.flush()
+  const once = await call(gw.base, 'PUT', `${CHANNEL}/${s1.sessionId}/${s1.consumerId}`, { body: { message: 'only once please' } })
+  t.equal(once.status, 201, 'accepted despite the stale NOT_OWNER answer')
+  stale.unsubscribe()
+  await s1.stream.next(e => e.event === 'assistant.message' && String(e.data.text).includes('only once please'))
+  const h1 = await call(gw.base, 'GET', `${ADMIN}/${s1.sessionId}/history`, { headers: { UserId: 'sup' } })
+  t.equal(h1.json.data.filter((e: any) => e.type === 'message.user' && e.text === 'only once please').length, 1, 'the owner ran the command once')
+
   listen.stream!.close()
   for (const s of sessions) s.stream.close()
 })
