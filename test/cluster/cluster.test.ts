@@ -16,22 +16,18 @@
 //  4. The nats-server is restarted (same port, same JetStream store): every process reconnects
 //     and the service recovers (a new session, a message to an old session, a new load).
 import t from 'tap'
-import { randomUUID } from 'node:crypto'
-import { rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { connect } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
 import { jetstreamManager } from '@nats-io/jetstream'
 import { streamName } from '../../platform/bus/nats-bus.js'
 import { LOAD_QUEUE } from '../../dialer/loads.js'
 import { OWNERS_BUCKET } from '../../engine/ownership.js'
-import { API_KEYS, call, mongoUrlFor } from '../support/harness.js'
+import { call, mongoUrlFor } from '../support/harness.js'
 import { contact, createBatch } from '../support/dialer.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse, type SseClient } from '../support/sse.js'
 import { crewsFile } from '../engine/fixtures/crews.js'
-import { chunksProcessed, startProcess, waitHealthy, type Proc } from '../support/processes.js'
+import { chunksProcessed, clusterEnv, outputsOf, startProcess, waitHealthy, type Proc } from '../support/processes.js'
 
 const SESSIONS = 8
 const LOADS = 12
@@ -107,24 +103,14 @@ t.test('2 gateways, 2 engines, 2 workers: kill -9 an engine and a worker, restar
   const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)} s`
   const nats = await startNatsServer(t)
   const mongoUrl = await mongoUrlFor(t)
-  const dataDir = join(tmpdir(), `sb-cluster-${randomUUID()}`)
-  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
-  const env = {
-    MONGO_URL: mongoUrl,
-    NATS_URL: nats.url,
-    API_KEYS,
-    UPLOAD_SIGNING_SECRET: 'test-signing-secret-0123456789abcdef',
-    DATA_DIR: dataDir,
+  const env = clusterEnv(t, { natsUrl: nats.url, mongoUrl }, {
     // Replies stream word by word, 150 ms apart: the engine kill lands in the middle of one.
     CREWS_FILE: crewsFile({ patchDemo: { assistant: { provider: 'scripted', chunkDelayMs: 150, rules: [{ match: '\\b(hello|hi)\\b', reply: 'Hello! How can I help you today?' }] } } }),
-    ENGINE_HEARTBEAT_MS: '250',
-    ENGINE_LEASE_RENEW_MS: '500',
     NATS_ACK_WAIT_MS: '3000', // a dead worker's chunk comes back after 3 s
     DIALER_CHUNK_SIZE: String(CHUNK_SIZE),
     DIALER_WORKER_CONCURRENCY: '2',
     DIALER_CYCLE_MS: '0',
-    LOG_LEVEL: 'warn',
-  }
+  })
   const procs = await Promise.all([
     startProcess(t, 'gateway-a', { ...env, ROLE: 'gateway' }),
     startProcess(t, 'gateway-b', { ...env, ROLE: 'gateway' }),
@@ -134,7 +120,7 @@ t.test('2 gateways, 2 engines, 2 workers: kill -9 an engine and a worker, restar
     startProcess(t, 'worker-2', { ...env, ROLE: 'worker' }),
   ])
   const [gwA, gwB, e1, e2, w1, w2] = procs as [Proc, Proc, Proc, Proc, Proc, Proc]
-  const outputs = () => procs.map(p => `--- ${p.name}${p.alive() ? '' : ' (exited)'}\n${p.output().slice(-4000)}`).join('\n')
+  const outputs = outputsOf(procs)
   const health = await Promise.all(procs.map(p => waitHealthy(p)))
   t.match(health[0], { role: 'gateway', bus: 'nats', store: 'mongo' })
   t.match(health[2], { role: 'engine', modules: ['engine'] })

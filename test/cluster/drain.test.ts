@@ -12,18 +12,14 @@
 //     other gateway with Last-Event-ID and gets exactly the events it had not seen: what it read
 //     before plus what it read after equals, id for id, what a listener on the other gateway saw.
 import t from 'tap'
-import { randomUUID } from 'node:crypto'
-import { rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { connect } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
 import { OWNERS_BUCKET } from '../../engine/ownership.js'
-import { API_KEYS, call, mongoUrlFor } from '../support/harness.js'
+import { call, mongoUrlFor } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse, type SseClient, type SseEvent } from '../support/sse.js'
 import { crewsFile } from '../engine/fixtures/crews.js'
-import { startProcess, waitHealthy, type Proc } from '../support/processes.js'
+import { clusterEnv, outputsOf, startProcess, waitHealthy, type Proc } from '../support/processes.js'
 
 const SESSIONS = 6
 const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
@@ -60,20 +56,11 @@ const replied = (text: string) => (e: SseEvent) => e.event === 'assistant.messag
 
 t.test('SIGTERM: an engine node and a gateway hand over their sessions and streams without losing an event', async t => {
   const nats = await startNatsServer(t)
-  const dataDir = join(tmpdir(), `sb-drain-${randomUUID()}`)
-  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
-  const env = {
-    MONGO_URL: await mongoUrlFor(t),
-    NATS_URL: nats.url,
-    API_KEYS,
-    UPLOAD_SIGNING_SECRET: 'test-signing-secret-0123456789abcdef',
-    DATA_DIR: dataDir,
+  const mongoUrl = await mongoUrlFor(t)
+  const env = clusterEnv(t, { natsUrl: nats.url, mongoUrl }, {
     CREWS_FILE: crewsFile({ patchDemo: { assistant: { provider: 'scripted', chunkDelayMs: 150 } } }),
-    ENGINE_HEARTBEAT_MS: '250',
-    ENGINE_LEASE_RENEW_MS: '500',
     ENGINE_DRAIN_TIMEOUT_MS: '8000',
-    LOG_LEVEL: 'warn',
-  }
+  })
   const procs = await Promise.all([
     startProcess(t, 'gateway-a', { ...env, ROLE: 'gateway' }),
     startProcess(t, 'gateway-b', { ...env, ROLE: 'gateway' }),
@@ -81,7 +68,7 @@ t.test('SIGTERM: an engine node and a gateway hand over their sessions and strea
     startProcess(t, 'engine-2', { ...env, ROLE: 'engine' }),
   ])
   const [gwA, gwB, e1, e2] = procs as [Proc, Proc, Proc, Proc]
-  const outputs = () => procs.map(p => `--- ${p.name}${p.alive() ? '' : ' (exited)'}\n${p.output().slice(-3000)}`).join('\n')
+  const outputs = outputsOf(procs, 3000)
   const health = await Promise.all(procs.map(p => waitHealthy(p)))
   const nodeOf = new Map<string, Proc>([
     [health[2]!.engineNode as string, e1],

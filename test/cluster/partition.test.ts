@@ -17,22 +17,18 @@
 //  5. The worker is partitioned the same way mid-load: every load ends `succeeded` with exact
 //     counters once it reconnects (its unacked chunks come back after NATS_ACK_WAIT_MS).
 import t from 'tap'
-import { randomUUID } from 'node:crypto'
-import { rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { connect } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
 import { jetstreamManager } from '@nats-io/jetstream'
 import { streamName } from '../../platform/bus/nats-bus.js'
 import { LOAD_QUEUE } from '../../dialer/loads.js'
 import { NODES_BUCKET, OWNERS_BUCKET } from '../../engine/ownership.js'
-import { API_KEYS, call, mongoUrlFor } from '../support/harness.js'
+import { call, mongoUrlFor } from '../support/harness.js'
 import { contact, createBatch } from '../support/dialer.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, type SseClient } from '../support/sse.js'
 import { crewsFile } from '../engine/fixtures/crews.js'
-import { chunksProcessed, startProcess, waitHealthy, type Proc } from '../support/processes.js'
+import { chunksProcessed, clusterEnv, outputsOf, startProcess, waitHealthy, type Proc } from '../support/processes.js'
 import { startTcpProxy } from '../support/tcp-proxy.js'
 
 const HELLO = 'Hello! How can I help you today?'
@@ -72,24 +68,14 @@ t.test('an engine node and a worker partitioned from NATS, then healed', async t
   const engineLink = await startTcpProxy(nats.port)
   const workerLink = await startTcpProxy(nats.port)
   t.teardown(() => Promise.all([engineLink.close(), workerLink.close()]))
-  const dataDir = join(tmpdir(), `sb-partition-${randomUUID()}`)
-  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
-  const env = {
-    MONGO_URL: mongoUrl,
-    NATS_URL: nats.url,
-    API_KEYS,
-    UPLOAD_SIGNING_SECRET: 'test-signing-secret-0123456789abcdef',
-    DATA_DIR: dataDir,
+  const env = clusterEnv(t, { natsUrl: nats.url, mongoUrl }, {
     // Replies stream word by word, 150 ms apart (about 1 s each): phase 4 cuts into one.
     CREWS_FILE: crewsFile({ patchDemo: { assistant: { provider: 'scripted', chunkDelayMs: 150, rules: [{ match: '\\b(hello|hi)\\b', reply: HELLO }] } } }),
-    ENGINE_HEARTBEAT_MS: '250', // dead after 750 ms unheard
-    ENGINE_LEASE_RENEW_MS: '500', // a lease not renewed for 1.5 s is not used
     NATS_ACK_WAIT_MS: '3000', // a partitioned worker's chunks come back after 3 s
     DIALER_CHUNK_SIZE: String(CHUNK_SIZE),
     DIALER_WORKER_CONCURRENCY: '2',
     DIALER_CYCLE_MS: '0',
-    LOG_LEVEL: 'warn',
-  }
+  })
   const procs = await Promise.all([
     startProcess(t, 'gateway', { ...env, ROLE: 'gateway' }),
     startProcess(t, 'engine-1', { ...env, ROLE: 'engine' }),
@@ -97,7 +83,7 @@ t.test('an engine node and a worker partitioned from NATS, then healed', async t
     startProcess(t, 'worker', { ...env, ROLE: 'worker', NATS_URL: `nats://127.0.0.1:${workerLink.port}` }),
   ])
   const [gw, e1, e2, worker] = procs as [Proc, Proc, Proc, Proc]
-  const outputs = () => procs.map(p => `--- ${p.name}${p.alive() ? '' : ' (exited)'}\n${p.output().slice(-4000)}`).join('\n')
+  const outputs = outputsOf(procs)
   const health = await Promise.all(procs.map(p => waitHealthy(p)))
   const survivorNode = health[1]!.engineNode as string
   const cutNode = health[2]!.engineNode as string

@@ -2,7 +2,10 @@
 // free port, its output kept (the last 64 KiB) for failure messages, killed at teardown.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { randomUUID } from 'node:crypto'
+import { tmpdir } from 'node:os'
 import { dirname, join, relative } from 'node:path'
+import { API_KEYS } from './harness.js'
 import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
 import { freePort } from './nats-server.js'
@@ -107,3 +110,28 @@ export async function chunksProcessed(proc: Proc): Promise<number> {
   const match = /switchboard_dialer_chunks_processed_total\{outcome="ok"\} (\d+)/.exec(text)
   return match ? Number(match[1]) : 0
 }
+
+/**
+ * The environment every multi-process test shares: one NATS server and one MongoDB database,
+ * bootstrap keys, a shared upload directory (removed at teardown) and fast cluster timing
+ * (heartbeat 250 ms: a node is dead after 750 ms unheard; leases renewed every 500 ms).
+ */
+export function clusterEnv(t: Teardown, links: { natsUrl: string; mongoUrl: string }, extra: Record<string, string> = {}): Record<string, string> {
+  const dataDir = join(tmpdir(), `sb-cluster-${randomUUID()}`)
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
+  return {
+    MONGO_URL: links.mongoUrl,
+    NATS_URL: links.natsUrl,
+    API_KEYS,
+    UPLOAD_SIGNING_SECRET: 'test-signing-secret-0123456789abcdef',
+    DATA_DIR: dataDir,
+    ENGINE_HEARTBEAT_MS: '250',
+    ENGINE_LEASE_RENEW_MS: '500',
+    LOG_LEVEL: 'warn',
+    ...extra,
+  }
+}
+
+/** The tail of every process's output, for a failure message. */
+export const outputsOf = (procs: Proc[], tail = 4000) => () =>
+  procs.map(p => `--- ${p.name}${p.alive() ? '' : ' (exited)'}\n${p.output().slice(-tail)}`).join('\n')
