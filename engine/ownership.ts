@@ -52,7 +52,16 @@ export interface ClusterTiming {
 
 async function openBucket(nc: NatsConnection, name: string, replicas: number, ttl?: number): Promise<KV> {
   const kvm = new Kvm(nc)
-  return kvm.create(name, { history: 1, replicas, ...(ttl ? { ttl } : {}) })
+  try {
+    return await kvm.create(name, { history: 1, replicas, ...(ttl ? { ttl } : {}) })
+  } catch (error) {
+    // Two nodes starting at once both create it; the loser ("subjects overlap") uses the winner's.
+    try {
+      return await kvm.open(name)
+    } catch {
+      throw error
+    }
+  }
 }
 
 const isCasFailure = (error: unknown) =>

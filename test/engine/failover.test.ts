@@ -9,11 +9,11 @@ import t from 'tap'
 import { connect } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
 import { OWNERS_BUCKET } from '../../engine/ownership.js'
-import { API_KEYS, call, mongoUrlFor, startTestService } from '../support/harness.js'
+import { call, mongoUrlFor, startTestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
 import { crewsFile } from './fixtures/crews.js'
-import { startProcess, waitHealthy, type Proc } from '../support/processes.js'
+import { clusterEnv, startProcess, waitHealthy, type Proc } from '../support/processes.js'
 
 const SESSIONS = 8
 const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
@@ -22,16 +22,10 @@ const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
 t.test('an engine node killed -9 mid-conversation: its sessions continue on the survivor', async t => {
   const nats = await startNatsServer(t)
   const mongoUrl = await mongoUrlFor(t)
-  const env = {
-    MONGO_URL: mongoUrl,
-    NATS_URL: nats.url,
-    API_KEYS,
+  const env = clusterEnv(t, { natsUrl: nats.url, mongoUrl }, {
     // Replies are streamed word by word, 150 ms apart: a kill lands in the middle of one.
     CREWS_FILE: crewsFile({ patchDemo: { assistant: { provider: 'scripted', chunkDelayMs: 150, rules: [{ match: '\\b(hello|hi)\\b', reply: 'Hello! How can I help you today?' }] } } }),
-    ENGINE_HEARTBEAT_MS: '250',
-    ENGINE_LEASE_RENEW_MS: '500',
-    LOG_LEVEL: 'warn',
-  }
+  })
   const [p1, p2] = await Promise.all([startProcess(t, 'engine-1', { ...env, ROLE: 'engine' }), startProcess(t, 'engine-2', { ...env, ROLE: 'engine' })])
   const [h1, h2] = await Promise.all([waitHealthy(p1), waitHealthy(p2)])
   t.match(h1, { role: 'engine', bus: 'nats', store: 'mongo', modules: ['engine'] })

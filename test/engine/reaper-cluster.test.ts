@@ -9,11 +9,11 @@ import { connect } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
 import { OWNERS_BUCKET } from '../../engine/ownership.js'
 import { MongoStore } from '../../platform/store/index.js'
-import { API_KEYS, mongoUrlFor, startTestService } from '../support/harness.js'
+import { mongoUrlFor, startTestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { createSession } from '../support/sse.js'
 import { crewsFile } from './fixtures/crews.js'
-import { startProcess, waitHealthy } from '../support/processes.js'
+import { clusterEnv, startProcess, waitHealthy } from '../support/processes.js'
 
 const LIMIT = 6
 const IDLE = 3000
@@ -22,17 +22,11 @@ const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
 t.test('the sessions of an engine node killed -9 that nobody touches again free their crew slots', async t => {
   const nats = await startNatsServer(t)
   const mongoUrl = await mongoUrlFor(t)
-  const env = {
-    MONGO_URL: mongoUrl,
-    NATS_URL: nats.url,
-    API_KEYS,
+  const env = clusterEnv(t, { natsUrl: nats.url, mongoUrl }, {
     CREWS_FILE: crewsFile({ patchDemo: { maxConcurrentSessions: LIMIT } }),
     SESSION_IDLE_TIMEOUT_MS: String(IDLE),
     ENGINE_REAPER_INTERVAL_MS: '200',
-    ENGINE_HEARTBEAT_MS: '250',
-    ENGINE_LEASE_RENEW_MS: '500',
-    LOG_LEVEL: 'warn',
-  }
+  })
   const [p1, p2] = await Promise.all([startProcess(t, 'engine-1', { ...env, ROLE: 'engine' }), startProcess(t, 'engine-2', { ...env, ROLE: 'engine' })])
   const [h1, h2] = await Promise.all([waitHealthy(p1), waitHealthy(p2)])
   const gw = await startTestService(t, { env: { ...env, ROLE: 'gateway', LOG_LEVEL: 'silent' } })
