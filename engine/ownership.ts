@@ -198,10 +198,11 @@ export class Ownership implements SessionLeases {
    * subscriptions at once, so a gateway's command finds no responder and a live node takes the
    * session over (a partition looks like a death). Once reconnected, this node would subscribe
    * to those sessions' command subjects again next to their new owner and get their commands
-   * too, and its stale actors would run them (or answer NOT_OWNER first, and the gateway sends
-   * the command to the owner a second time). So it drops them all as soon as the connection
-   * goes: nothing more is written from here, and a session still its own comes back through
-   * a claim (restored from its last snapshot) on its next command.
+   * too, and its stale actors would run them on an out-of-date conversation. So it drops them
+   * all as soon as the connection goes: nothing more is written from here, and a session still
+   * its own comes back through a claim (restored from its last snapshot) on its next command.
+   * The cost: a reply being streamed when NATS blips is not finished (the restore re-answers an
+   * acknowledged message that has no reply yet).
    */
   private async watchConnection() {
     for await (const status of this.nc.status()) {
