@@ -844,10 +844,12 @@ export class SessionHost {
     this.options.leases?.unloaded(live.id, 'dropped')
   }
 
-  /** Drops a session whose lease this node lost (called by the ownership renewal). */
-  dropSession(sessionId: string, why: string) {
+  /** Drops a session whose lease this node lost (called by the ownership); answers its account. */
+  dropSession(sessionId: string, why: string): string | undefined {
     const live = this.live.get(sessionId)
-    if (live) this.drop(live, why)
+    if (!live) return undefined
+    this.drop(live, why)
+    return live.accountId
   }
 
   /**

@@ -212,6 +212,8 @@ export class EngineNode {
   private readonly subs: NatsSubscription[] = []
   private readonly sessionSubs = new Map<string, NatsSubscription>()
   private readonly claiming = new Map<string, Promise<Redirect | undefined>>()
+  /** Accounts of the sessions dropped when NATS went away (what a claim back needs). */
+  private readonly accounts = new Map<string, string>()
   /** Outcomes of recent commands by id, oldest first. */
   private readonly recent = new Map<string, Promise<unknown>>()
   private host!: SessionHost
@@ -226,6 +228,13 @@ export class EngineNode {
     this.host = host
     this.ownership = ownership
     ownership.onLost = sessionId => host.dropSession(sessionId, 'lease lost')
+    ownership.onDisconnected = sessionIds => {
+      for (const sessionId of sessionIds) {
+        const accountId = host.dropSession(sessionId, 'NATS connection lost')
+        if (accountId) this.accounts.set(sessionId, accountId)
+      }
+    }
+    ownership.onReconnected = sessionIds => void this.reclaim(sessionIds)
     ownership.onUnloaded = sessionId => {
       this.sessionSubs.get(sessionId)?.unsubscribe()
       this.sessionSubs.delete(sessionId)
@@ -295,6 +304,24 @@ export class EngineNode {
     this.recent.set(id, outcome)
     if (this.recent.size > RECENT_COMMANDS) this.recent.delete(this.recent.keys().next().value!)
     return outcome
+  }
+
+  /** After a NATS blip: takes back the sessions dropped meanwhile that no other node took. */
+  private async reclaim(sessionIds: string[]) {
+    let restored = 0
+    await Promise.all(
+      sessionIds.map(async sessionId => {
+        const accountId = this.accounts.get(sessionId)
+        this.accounts.delete(sessionId)
+        if (!accountId) return
+        try {
+          if (!(await this.take({ sessionId, accountId }))) restored++
+        } catch (error) {
+          this.logger.warn('session not taken back after reconnecting', { sessionId, error })
+        }
+      }),
+    )
+    this.logger.info('reconnected to NATS: sessions taken back', { restored, of: sessionIds.length })
   }
 
   /** Claims and restores one session (one attempt at a time per session on this node). */

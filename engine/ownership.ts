@@ -163,6 +163,10 @@ export class Ownership implements SessionLeases {
   onLost: (sessionId: string) => void = () => {}
   /** Called when a session left the host: unsubscribe its command subject. */
   onUnloaded: (sessionId: string) => void = () => {}
+  /** Called when the NATS connection drops, with every session it held: drop their actors. */
+  onDisconnected: (sessionIds: string[]) => void = () => {}
+  /** Called once reconnected with the sessions dropped when the connection went: claim them back. */
+  onReconnected: (sessionIds: string[]) => void = () => {}
 
   private constructor(
     private readonly nc: NatsConnection,
@@ -201,19 +205,24 @@ export class Ownership implements SessionLeases {
    * too, and its stale actors would run them on an out-of-date conversation. So it drops them
    * all as soon as the connection goes: nothing more is written from here, and a session still
    * its own comes back through a claim (restored from its last snapshot) on its next command.
-   * The cost: a reply being streamed when NATS blips is not finished (the restore re-answers an
+   * Once reconnected it claims them back (onReconnected): those no survivor took meanwhile are
+   * restored here at once, and a reply cut by the blip is given again (the restore re-answers an
    * acknowledged message that has no reply yet).
    */
   private async watchConnection() {
+    let dropped: string[] = []
     for await (const status of this.nc.status()) {
       if (this.stopped) return
+      if (status.type === 'reconnect' && dropped.length) {
+        this.onReconnected(dropped)
+        dropped = []
+      }
       if (status.type !== 'disconnect') continue
       const lost = [...this.leases.keys()]
       if (lost.length) this.logger.warn('nats disconnected: dropping every session hosted here', { sessions: lost.length })
-      for (const sessionId of lost) {
-        this.leases.delete(sessionId)
-        this.onLost(sessionId)
-      }
+      for (const sessionId of lost) this.leases.delete(sessionId)
+      this.onDisconnected(lost)
+      dropped.push(...lost)
     }
   }
 
@@ -275,9 +284,13 @@ export class Ownership implements SessionLeases {
     throw new Error(`could not claim session ${sessionId}: contended`)
   }
 
-  /** Alive = heard from recently and still subscribed (a killed process has no subscriptions). */
+  /**
+   * Alive = answers its ping. No responder = dead (a killed or cut-off process has no
+   * subscriptions). No answer in time: alive if heard from recently (slow is not dead). The ping
+   * comes first because this node's own view may be stale: just reconnected after a blip, it
+   * has missed the other nodes' heartbeats.
+   */
   private async alive(nodeId: string): Promise<boolean> {
-    if (!this.directory.isLive(nodeId)) return false
     try {
       await this.nc.request(nodeSubject(nodeId, 'ping'), '', { timeout: 1000 })
       return true
@@ -286,7 +299,7 @@ export class Ownership implements SessionLeases {
         this.directory.forget(nodeId)
         return false
       }
-      return true // slow is not dead
+      return this.directory.isLive(nodeId)
     }
   }
 

@@ -250,6 +250,33 @@ t.test('an engine node and a worker partitioned from NATS, then healed', async t
   const replies = entries.filter(e => e.type === 'message.assistant').map(e => e.text as string)
   t.equal(new Set(replies).size, replies.length, `no reply written twice: ${JSON.stringify(replies)}`)
 
+  // ---------------------------------------------------------------- 4b. a short blip, nobody asks anything
+  // The node drops its sessions when the connection goes and claims them back once reconnected:
+  // with no command sent, the session is hosted there again and the reply cut by the blip is
+  // given again (the acknowledged message is answered once, on the same stream).
+  let blip: Session | undefined
+  while (!blip) {
+    const created = await createSession(A)
+    const s: Session = { i: 200 + sessions.length, sessionId: created.sessionId, consumerId: created.consumerId, stream: created.stream, acked: [] }
+    sessions.push(s)
+    if ((await ownerOf(s.sessionId)) === cutNode) blip = s
+  }
+  await say(blip, 'hello')
+  await blip.stream.next('assistant.response', 5000)
+  engineLink.cut()
+  const blipAt = Date.now()
+  await until('engine-2 dropped the session', async () => (await liveOn(e2)) === 0, 5000)
+  await sleep(300)
+  engineLink.heal()
+  await replyTo(blip, HELLO, 15_000)
+  t.comment(`blip: the cut reply given again ${Date.now() - blipAt} ms after the cut (300 ms blip), with no new command`)
+  await until('engine-2 hosts the session again', async () => (await liveOn(e2)) >= 1, 5000)
+  t.equal(await ownerOf(blip.sessionId), cutNode, 'claimed back by the node that had it')
+  const blipEntries = await historyExact(blip, 'blip')
+  t.equal(blipEntries.filter(e => e.type === 'message.assistant' && e.text === HELLO).length, 1, 'one reply in the history')
+  const blipIds = blip.stream.events.filter(e => e.event !== 'hearthbeat').map(e => Number(e.id))
+  t.ok(blipIds.every((id, n) => n === 0 || id > blipIds[n - 1]!), `stream ids only grow across the blip (${blipIds.join(',')})`)
+
   // ---------------------------------------------------------------- 5. partition the worker mid-load
   const batchId = await createBatch(A)
   const LOADS = 6
