@@ -54,6 +54,8 @@ export interface Proc {
   kill: () => Promise<void>
   /** SIGTERM (a graceful stop) and wait for the exit: its exit code. */
   terminate: () => Promise<number | null>
+  /** Starts it again on another free port (waitHealthy does, when the port was taken meanwhile). */
+  relaunch: () => Promise<void>
 }
 
 interface Teardown {
@@ -61,38 +63,58 @@ interface Teardown {
 }
 
 export async function startProcess(t: Teardown | undefined, name: string, env: Record<string, string>): Promise<Proc> {
-  const port = await freePort()
   const args = process.env.CLUSTER_TS === '1' ? ['--import', '@tapjs/typescript/import', 'main.ts'] : [join(buildService(), 'main.js')]
-  const child = spawn(process.execPath, args, {
-    cwd: ROOT,
-    // Transpile only (tsc type-checks the code base), as tap runs the tests.
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', TS_NODE_TRANSPILE_ONLY: '1', ...env, PORT: String(port), HOST: '127.0.0.1' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
   let output = ''
-  for (const stream of [child.stdout!, child.stderr!]) {
-    stream.setEncoding('utf8')
-    stream.on('data', (chunk: string) => (output = (output + chunk).slice(-64 * 1024)))
+  const launch = async () => {
+    const port = await freePort()
+    const child = spawn(process.execPath, args, {
+      cwd: ROOT,
+      // Transpile only (tsc type-checks the code base), as tap runs the tests.
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', TS_NODE_TRANSPILE_ONLY: '1', ...env, PORT: String(port), HOST: '127.0.0.1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    for (const stream of [child.stdout!, child.stderr!]) {
+      stream.setEncoding('utf8')
+      stream.on('data', (chunk: string) => (output = (output + chunk).slice(-64 * 1024)))
+    }
+    return { port, base: `http://127.0.0.1:${port}`, child, exited: new Promise<void>(resolve => child.once('exit', () => resolve())) }
   }
-  const exited = new Promise<void>(resolve => child.once('exit', () => resolve()))
-  const alive = () => child.exitCode === null && child.signalCode === null
-  const kill = async () => {
-    if (alive()) child.kill('SIGKILL')
-    await exited
+  const proc: Proc = {
+    name,
+    ...(await launch()),
+    output: () => output,
+    alive: () => proc.child.exitCode === null && proc.child.signalCode === null,
+    async kill() {
+      if (proc.alive()) proc.child.kill('SIGKILL')
+      await proc.exited
+    },
+    async terminate() {
+      if (proc.alive()) proc.child.kill('SIGTERM')
+      await proc.exited
+      return proc.child.exitCode
+    },
+    async relaunch() {
+      await proc.kill()
+      output = ''
+      Object.assign(proc, await launch())
+    },
   }
-  const terminate = async () => {
-    if (alive()) child.kill('SIGTERM')
-    await exited
-    return child.exitCode
-  }
-  t?.teardown(kill)
-  return { name, port, base: `http://127.0.0.1:${port}`, child, output: () => output, exited, alive, kill, terminate }
+  t?.teardown(() => proc.kill())
+  return proc
 }
 
 export async function waitHealthy(proc: Proc, timeoutMs = 45_000): Promise<Record<string, any>> {
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
-    if (!proc.alive()) throw new Error(`${proc.name} exited:\n${proc.output()}`)
+    if (!proc.alive()) {
+      // The port was free when picked, but an outgoing connection may have taken it before the
+      // process bound it: start it again elsewhere.
+      if (/Could not listen on/.test(proc.output())) {
+        await proc.relaunch()
+        continue
+      }
+      throw new Error(`${proc.name} exited:\n${proc.output()}`)
+    }
     try {
       const res = await fetch(`${proc.base}/healthz`)
       if (res.ok) return (await res.json()) as Record<string, any>
