@@ -1,12 +1,12 @@
 // The actor host: owns the live session actors of this process. It turns transport commands
 // into machine events (refusing what the machine would ignore), runs the effects the machine
-// asks for (providers, tools), fans published events out to listeners, writes the history log,
-// the persisted snapshot and the session records, and keeps deadlines armed as timers.
+// asks for (providers, tools), fans published events out to listeners, decides when the history
+// log, the persisted snapshot (both through engine/session-store.ts) and the session records are
+// written, and keeps deadlines armed as timers.
 import { randomUUID } from 'node:crypto'
 import { createActor, fromCallback, type Actor } from 'xstate'
 import { ApiError } from '../gateway/errors.js'
 import type { Platform } from '../platform/index.js'
-import type { Collection, Doc } from '../platform/store/index.js'
 import type { SessionRecorder, SessionStatus } from '../reports/index.js'
 import type { CrewCatalog, Crew, ToolDefinition } from './crews.js'
 import { CrewSlots } from './crew-slots.js'
@@ -27,38 +27,8 @@ import type { AssistantProvider } from './providers/types.js'
 import { summarize } from './conversation.js'
 import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
+import { SessionStore } from './session-store.js'
 import type { ConversationMessage, HistoryEntry, PendingTool } from './types.js'
-
-export const SESSIONS = 'engine_sessions'
-export const SESSION_LOG = 'engine_session_log'
-
-interface SessionDoc extends Doc {
-  accountId: string
-  crewId: string
-  state: 'active' | 'paused' | 'destroyed'
-  agentId: string
-  /** XState persisted snapshot as JSON text (client-supplied keys are not valid field names everywhere). */
-  snapshot: string | null
-  logPosition: number
-  consumers: string[]
-  deadlines: { idle: number; tools: number[] }
-  createdAt: Date
-  updatedAt: Date
-  destroyedAt?: Date
-  closeReason?: string
-  /** Fencing token of the engine node that owns the session (NATS mode): its lease's claim revision. */
-  fence?: number
-  /** Seq of the last event published when the snapshot was written (a floor for a restore). */
-  eventSeq?: number
-}
-
-interface LogDoc extends Doc {
-  sessionId: string
-  seq: number
-  at: number
-  type: string
-  entry: string
-}
 
 interface LiveSession {
   id: string
@@ -123,8 +93,7 @@ const RECORD_STATUS: Record<string, Exclude<SessionStatus, 'active' | 'paused'>>
 export class SessionHost {
   private readonly live = new Map<string, LiveSession>()
   private readonly loading = new Map<string, Promise<LiveSession | null>>()
-  private readonly sessions: Collection<SessionDoc>
-  private readonly log: Collection<LogDoc>
+  private readonly store: SessionStore
   private readonly slots: CrewSlots
   private readonly machine
   private stopped = false
@@ -134,8 +103,7 @@ export class SessionHost {
   constructor(private readonly options: HostOptions) {
     const { store } = options.platform
     this.events = options.events ?? new MemoryEventLog(options.platform.config.channel.replayBufferEvents)
-    this.sessions = store.collection<SessionDoc>(SESSIONS)
-    this.log = store.collection<LogDoc>(SESSION_LOG)
+    this.store = new SessionStore(store)
     this.slots = new CrewSlots(store)
     this.machine = sessionMachine.provide({
       actors: {
@@ -150,15 +118,7 @@ export class SessionHost {
   }
 
   async init() {
-    const { store } = this.options.platform
-    await store.ensureIndexes(SESSIONS, [
-      { name: 'account_crew_state', key: { accountId: 1, crewId: 1, state: 1 } },
-      // The orphan reaper (engine/reaper.ts): live sessions whose idle deadline has passed.
-      { name: 'state_idle_deadline', key: { state: 1, 'deadlines.idle': 1 } },
-      // Tombstones of destroyed sessions are kept a day (a late call says "destroyed", then 404).
-      { name: 'destroyed_ttl', key: { destroyedAt: 1 }, expireAfterSeconds: 86_400 },
-    ])
-    await store.ensureIndexes(SESSION_LOG, [{ name: 'session_seq', key: { sessionId: 1, seq: 1 }, unique: true }])
+    await this.store.ensureIndexes()
     await this.options.recorder.ensureIndexes()
   }
 
@@ -200,20 +160,18 @@ export class SessionHost {
       consumerId: request.consumerId,
     }
     const opening = openingOf(input)
-    await this.sessions.insertOne({
-      _id: request.sessionId,
-      accountId: request.accountId,
-      crewId: crew.id,
-      state: 'active',
-      agentId: input.agentId,
-      snapshot: null,
-      logPosition: 0,
-      consumers: [request.consumerId],
-      deadlines: { idle: opening.context.idleDeadline, tools: [] },
-      createdAt: new Date(at),
-      updatedAt: new Date(at),
-      ...this.fenceOf(request.sessionId),
-    })
+    await this.store.insert(
+      {
+        sessionId: request.sessionId,
+        accountId: request.accountId,
+        crewId: crew.id,
+        agentId: input.agentId,
+        consumerId: request.consumerId,
+        idleDeadline: opening.context.idleDeadline,
+        at,
+      },
+      this.fenceOf(request.sessionId),
+    )
     const actor = createActor(this.machine, { input: { context: opening.context } })
     const live = this.register(request.sessionId, request.accountId, crew, actor, [request.consumerId])
     live.listeners.add(listener)
@@ -322,7 +280,7 @@ export class SessionHost {
         return this.snapshotOf(live)
       case 'consumer.attach':
         live.consumers.add(command.consumerId)
-        await this.sessions.updateOne({ _id: live.id }, { $addToSet: { consumers: command.consumerId } })
+        await this.store.addConsumer(live.id, command.consumerId)
         return { consumerId: command.consumerId }
       case 'user.message':
         if (!live.consumers.has(command.consumerId)) {
@@ -621,12 +579,7 @@ export class SessionHost {
       live.dirty = false
       const entries = live.pendingLog.splice(0)
       try {
-        if (entries.length) {
-          await this.log.insertMany(
-            entries.map(entry => ({ _id: `${live.id}:${entry.seq}`, sessionId: live.id, seq: entry.seq, at: entry.at, type: entry.type, entry: JSON.stringify(entry) })),
-            { ordered: false },
-          )
-        }
+        if (entries.length) await this.store.appendLog(live.id, entries)
         if (live.finished) continue
         const snapshot = live.actor.getSnapshot()
         // History entries are written at once; the snapshot (and the record counters) after the
@@ -637,22 +590,20 @@ export class SessionHost {
         }
         this.flushCounts(live)
         const context = snapshot.context
-        const fence = this.fenceOf(live.id)
-        const written = await this.sessions.updateOne(
-          { _id: live.id, state: { $ne: 'destroyed' }, ...fence },
+        const written = await this.store.writeSnapshot(
+          live.id,
           {
-            $set: {
-              state: snapshot.value === 'paused' ? 'paused' : 'active',
-              agentId: context.agentId,
-              snapshot: JSON.stringify(live.actor.getPersistedSnapshot()),
-              logPosition: context.seq,
-              eventSeq: live.eventSeq,
-              deadlines: { idle: context.idleDeadline, tools: context.pendingTools.flatMap(p => (p.deadline === undefined ? [] : [p.deadline])) },
-              updatedAt: new Date(context.updatedAt),
-            },
+            state: snapshot.value === 'paused' ? 'paused' : 'active',
+            agentId: context.agentId,
+            snapshot: live.actor.getPersistedSnapshot(),
+            logPosition: context.seq,
+            eventSeq: live.eventSeq,
+            deadlines: { idle: context.idleDeadline, tools: context.pendingTools.flatMap(p => (p.deadline === undefined ? [] : [p.deadline])) },
+            updatedAt: context.updatedAt,
           },
+          this.fenceOf(live.id),
         )
-        if (this.options.leases && written.matchedCount === 0 && !live.finished) {
+        if (this.options.leases && !written && !live.finished) {
           this.drop(live, 'fenced: another node took the session over')
           return
         }
@@ -687,12 +638,10 @@ export class SessionHost {
       await this.flushed(live)
       // Conditional: two nodes closing the same session (reapers racing, engine/reaper.ts)
       // free its crew slot once, whoever turns the document into a tombstone first.
-      const closed = await this.sessions.updateOne(
-        { _id: live.id, state: { $in: ['active', 'paused'] } },
-        { $set: { state: 'destroyed', snapshot: null, destroyedAt: new Date(this.now), closeReason: context.closeReason ?? 'destroyed' } },
-      )
-      if (closed.matchedCount === 1) await this.slots.release(live.accountId, live.crew.id)
-      await this.log.deleteMany({ sessionId: live.id })
+      if (await this.store.markDestroyed(live.id, { reason: context.closeReason ?? 'destroyed', at: this.now })) {
+        await this.slots.release(live.accountId, live.crew.id)
+      }
+      await this.store.deleteLog(live.id)
     })()
       .catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
       .finally(() => this.options.leases?.unloaded(live.id, 'finished'))
@@ -703,18 +652,15 @@ export class SessionHost {
 
   private async history(live: LiveSession, after: number, limit: number) {
     await this.flushed(live)
-    const docs = await this.log.find({ sessionId: live.id, seq: { $gt: after } }, { sort: { seq: 1 }, limit: limit + 1 })
-    const entries = docs.slice(0, limit).map(d => {
-      const entry = JSON.parse(d.entry) as HistoryEntry
-      return { ...entry, at: new Date(entry.at).toISOString() }
-    })
+    const page = await this.store.entriesAfter(live.id, after, limit + 1)
+    const entries = page.slice(0, limit).map(entry => ({ ...entry, at: new Date(entry.at).toISOString() }))
     const snapshot = live.actor.getSnapshot()
     return {
       sessionId: live.id,
       state: stateName(snapshot),
       logPosition: snapshot.context.seq,
       data: entries,
-      hasMore: docs.length > limit,
+      hasMore: page.length > limit,
     }
   }
 
@@ -772,27 +718,22 @@ export class SessionHost {
   private async load(sessionId: string): Promise<LiveSession | null> {
     if (this.stopped) return null
     if (this.options.leases) {
-      // Fencing: the session's document takes this node's token; a node holding an older token
-      // can no longer write its snapshot (its conditional update matches nothing).
+      // Fencing: a node holding an older token can no longer write its snapshot.
       const token = this.options.leases.token(sessionId)
       if (token === undefined) return null
-      const fenced = await this.sessions.updateOne(
-        { _id: sessionId, state: { $in: ['active', 'paused'] }, $or: [{ fence: { $exists: false } }, { fence: { $lte: token } }] },
-        { $set: { fence: token } },
-      )
-      if (fenced.matchedCount === 0) return null
+      if (!(await this.store.takeFence(sessionId, token))) return null
     }
-    const doc = await this.sessions.findOne({ _id: sessionId, state: { $in: ['active', 'paused'] } })
-    if (!doc || !doc.snapshot) return null
+    const doc = await this.store.load(sessionId)
+    if (!doc) return null
     const crew = this.options.crews.get(doc.crewId)
     if (!crew) return null
-    const persisted = JSON.parse(doc.snapshot)
+    const persisted = doc.snapshot
     // Events go on after the last one published, by whichever node published it.
-    const eventSeq = Math.max(doc.eventSeq ?? 0, await this.events.takeOver(sessionId, this.epochOf(sessionId)))
+    const eventSeq = Math.max(doc.eventSeq, await this.events.takeOver(sessionId, this.epochOf(sessionId)))
     // Entries written after the snapshot (the snapshot waits for the end of a reply): user
     // messages among them were acknowledged, so they go back into the conversation.
-    const after = await this.log.find({ sessionId, seq: { $gt: persisted.context.seq } }, { sort: { seq: 1 } })
-    const orphans = after.map(d => JSON.parse(d.entry) as HistoryEntry).filter(e => e.type === 'message.user')
+    const after = await this.store.entriesAfter(sessionId, persisted.context.seq)
+    const orphans = after.filter(e => e.type === 'message.user')
     if (orphans.length) {
       const context = persisted.context as SessionContext
       const messages: ConversationMessage[] = [
@@ -824,9 +765,9 @@ export class SessionHost {
     return live
   }
 
-  private fenceOf(sessionId: string): { fence?: number } {
-    const token = this.options.leases?.token(sessionId)
-    return token === undefined ? {} : { fence: token }
+  /** This node's fencing token for the session's writes (undefined in one process). */
+  private fenceOf(sessionId: string): number | undefined {
+    return this.options.leases?.token(sessionId)
   }
 
   /** Lets go of a session without touching the store: another node owns it now. */

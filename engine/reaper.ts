@@ -23,16 +23,11 @@
 // update matched: two reapers (or a reaper and a returning client) release a slot once.
 import type { Clock } from '../platform/clock.js'
 import type { Logger } from '../platform/logger.js'
-import type { Collection, Doc, Store } from '../platform/store/index.js'
+import type { Store } from '../platform/store/index.js'
 import { SessionRecorder } from '../reports/index.js'
 import { CrewSlots } from './crew-slots.js'
-import { SESSION_LOG, SESSIONS, type SessionHost } from './host.js'
-
-interface OrphanDoc extends Doc {
-  accountId: string
-  crewId: string
-  deadlines: { idle: number }
-}
+import type { SessionHost } from './host.js'
+import { SessionStore, type ExpiredSession } from './session-store.js'
 
 export interface ReaperOptions {
   host: SessionHost
@@ -46,17 +41,15 @@ export interface ReaperOptions {
   batch?: number
 }
 
-const LIVE = { $in: ['active', 'paused'] }
-
 export class OrphanReaper {
-  private readonly sessions: Collection<OrphanDoc>
+  private readonly sessions: SessionStore
   private readonly slots: CrewSlots
   private readonly recorder: SessionRecorder
   private timer?: NodeJS.Timeout
   private sweeping: Promise<number> | null = null
 
   constructor(private readonly options: ReaperOptions) {
-    this.sessions = options.store.collection<OrphanDoc>(SESSIONS)
+    this.sessions = new SessionStore(options.store)
     this.slots = new CrewSlots(options.store)
     this.recorder = new SessionRecorder(options.store)
   }
@@ -86,46 +79,41 @@ export class OrphanReaper {
 
   private async run(): Promise<number> {
     const { host, logger } = this.options
-    const orphans = await this.sessions.find(
-      { state: LIVE, 'deadlines.idle': { $lt: this.options.clock.now() } },
-      { sort: { 'deadlines.idle': 1 }, limit: this.options.batch ?? 500, projection: { accountId: 1, crewId: 1, deadlines: 1 } },
-    )
+    const orphans = await this.sessions.expired(this.options.clock.now(), this.options.batch ?? 500)
     let reaped = 0
-    for (const doc of orphans) {
-      if (host.hosts(doc._id)) continue
+    for (const orphan of orphans) {
+      if (host.hosts(orphan.sessionId)) continue
       try {
-        if (await this.reap(doc)) reaped++
+        if (await this.reap(orphan)) reaped++
       } catch (error) {
-        logger.warn('orphan session not reaped', { sessionId: doc._id, error })
+        logger.warn('orphan session not reaped', { sessionId: orphan.sessionId, error })
       }
     }
     if (reaped) logger.info('orphan sessions reaped', { count: reaped })
     return reaped
   }
 
-  private async reap(doc: OrphanDoc): Promise<boolean> {
+  private async reap(orphan: ExpiredSession): Promise<boolean> {
     const { leases, host } = this.options
-    if (leases && !(await leases.claim(doc._id))) return false
+    const { sessionId } = orphan
+    if (leases && !(await leases.claim(sessionId))) return false
     // Restored past its idle deadline: its timer fires at once and closes it (the lease goes with it).
-    if (await host.restore(doc._id)) return true
+    if (await host.restore(sessionId)) return true
     try {
-      return await this.close(doc)
+      return await this.close(orphan)
     } finally {
-      await leases?.release(doc._id)
+      await leases?.release(sessionId)
     }
   }
 
   /** What the host's idle expiry does, for a session the host cannot restore. */
-  private async close(doc: OrphanDoc): Promise<boolean> {
+  private async close(orphan: ExpiredSession): Promise<boolean> {
+    const { sessionId, idleDeadline } = orphan
     const at = this.options.clock.now()
-    const closed = await this.sessions.updateOne(
-      { _id: doc._id, state: LIVE, 'deadlines.idle': doc.deadlines.idle },
-      { $set: { state: 'destroyed', snapshot: null, destroyedAt: new Date(at), closeReason: 'idle_timeout' } },
-    )
-    if (closed.matchedCount !== 1) return false
-    await this.slots.release(doc.accountId, doc.crewId)
-    await this.recorder.closed(doc._id, { endTime: at, status: 'abandoned', reason: 'idle_timeout' })
-    await this.options.store.collection(SESSION_LOG).deleteMany({ sessionId: doc._id })
+    if (!(await this.sessions.markDestroyed(sessionId, { reason: 'idle_timeout', at, idleDeadline }))) return false
+    await this.slots.release(orphan.accountId, orphan.crewId)
+    await this.recorder.closed(sessionId, { endTime: at, status: 'abandoned', reason: 'idle_timeout' })
+    await this.sessions.deleteLog(sessionId)
     return true
   }
 }
