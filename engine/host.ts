@@ -1,13 +1,13 @@
 // The actor host: owns the live session actors of this process. It turns transport commands
 // into machine events (refusing what the machine would ignore), runs the effects the machine
 // asks for (providers, tools), fans published events out to listeners, decides when the history
-// log, the persisted snapshot (both through engine/session-store.ts) and the session records are
-// written, and keeps deadlines armed as timers.
+// log and the persisted snapshot (engine/session-store.ts) and the session record
+// (engine/record-writer.ts) are written, and keeps deadlines armed as timers.
 import { randomUUID } from 'node:crypto'
 import { createActor, fromCallback, type Actor } from 'xstate'
 import { ApiError } from '../gateway/errors.js'
 import type { Platform } from '../platform/index.js'
-import type { SessionRecorder, SessionStatus } from '../reports/index.js'
+import type { SessionRecorder } from '../reports/index.js'
 import type { CrewCatalog, Crew, ToolDefinition } from './crews.js'
 import { CrewSlots } from './crew-slots.js'
 import {
@@ -27,6 +27,7 @@ import type { AssistantProvider } from './providers/types.js'
 import { summarize } from './conversation.js'
 import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
+import { RecordWriter } from './record-writer.js'
 import { SessionStore } from './session-store.js'
 import type { ConversationMessage, HistoryEntry, PendingTool } from './types.js'
 
@@ -40,11 +41,9 @@ interface LiveSession {
   eventSeq: number
   consumers: Set<string>
   pendingLog: HistoryEntry[]
-  /** Message and tool counts not yet added to the session record (one write per flush). */
-  pendingCounts: { userMessages: number; assistantMessages: number; toolCalls: number }
   dirty: boolean
   flushing: Promise<void> | null
-  records: Promise<void>
+  records: RecordWriter
   idleTimer: { deadline: number; timer: NodeJS.Timeout } | null
   toolTimers: Map<string, NodeJS.Timeout>
   finished: boolean
@@ -80,15 +79,6 @@ export interface SessionLeases {
 }
 
 const notFound = (sessionId: string) => new ApiError(404, 'SESSION_NOT_FOUND', `Session ${sessionId} not found`)
-
-const RECORD_STATUS: Record<string, Exclude<SessionStatus, 'active' | 'paused'>> = {
-  idle_timeout: 'abandoned',
-  abandoned: 'abandoned',
-  user_gone: 'abandoned',
-  transferred_to_human: 'transferred_to_human',
-  handoff: 'transferred_to_human',
-  error: 'error',
-}
 
 export class SessionHost {
   private readonly live = new Map<string, LiveSession>()
@@ -175,9 +165,7 @@ export class SessionHost {
     const actor = createActor(this.machine, { input: { context: opening.context } })
     const live = this.register(request.sessionId, request.accountId, crew, actor, [request.consumerId])
     live.listeners.add(listener)
-    this.chainRecord(live, () =>
-      this.options.recorder.opened({ accountId: request.accountId, crewId: crew.id, sessionId: request.sessionId, agentId: input.agentId, startTime: at }),
-    )
+    live.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: input.agentId, startTime: at })
     for (const entry of opening.log) this.onLog(live, entry)
     this.emit(live, { kind: 'event', name: 'Initialized', data: { sessionId: request.sessionId, consumerId: request.consumerId } })
     for (const event of opening.publish) this.emit(live, { kind: 'event', ...event })
@@ -196,10 +184,9 @@ export class SessionHost {
       eventSeq: 0,
       consumers: new Set(consumers),
       pendingLog: [],
-      pendingCounts: { userMessages: 0, assistantMessages: 0, toolCalls: 0 },
       dirty: false,
       flushing: null,
-      records: Promise.resolve(),
+      records: new RecordWriter(this.options.recorder, id, this.options.platform.logger),
       idleTimer: null,
       toolTimers: new Map(),
       finished: false,
@@ -520,45 +507,8 @@ export class SessionHost {
 
   private onLog(live: LiveSession, entry: HistoryEntry) {
     live.pendingLog.push(entry)
-    const { recorder } = this.options
-    switch (entry.type) {
-      case 'message.user':
-        live.pendingCounts.userMessages++
-        break
-      case 'message.assistant':
-        live.pendingCounts.assistantMessages++
-        break
-      case 'tool.call':
-        live.pendingCounts.toolCalls++
-        break
-      case 'agent.transferred':
-        this.chainRecord(live, () => recorder.transferred(live.id, entry.to as string))
-        break
-      case 'session.paused':
-        this.chainRecord(live, () => recorder.statusChanged(live.id, 'paused'))
-        break
-      case 'session.resumed':
-        this.chainRecord(live, () => recorder.statusChanged(live.id, 'active'))
-        break
-      case 'session.destroyed': {
-        this.flushCounts(live)
-        const reason = String(entry.reason)
-        this.chainRecord(live, () => recorder.closed(live.id, { endTime: entry.at, status: RECORD_STATUS[reason] ?? 'completed', reason }))
-        break
-      }
-    }
+    live.records.note(entry)
     this.schedulePersist(live)
-  }
-
-  private flushCounts(live: LiveSession) {
-    const counts = live.pendingCounts
-    if (counts.userMessages + counts.assistantMessages + counts.toolCalls === 0) return
-    live.pendingCounts = { userMessages: 0, assistantMessages: 0, toolCalls: 0 }
-    this.chainRecord(live, () => this.options.recorder.counted(live.id, counts))
-  }
-
-  private chainRecord(live: LiveSession, write: () => Promise<void>) {
-    live.records = live.records.then(write).catch(error => this.options.platform.logger.error('session record write failed', { sessionId: live.id, error }))
   }
 
   private schedulePersist(live: LiveSession) {
@@ -588,7 +538,7 @@ export class SessionHost {
           live.snapshotDue = true
           continue
         }
-        this.flushCounts(live)
+        live.records.flushCounts()
         const context = snapshot.context
         const written = await this.store.writeSnapshot(
           live.id,
@@ -619,7 +569,7 @@ export class SessionHost {
 
   private async flushed(live: LiveSession) {
     while (live.flushing) await live.flushing
-    await live.records
+    await live.records.written()
   }
 
   private finish(live: LiveSession) {
