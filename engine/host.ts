@@ -3,12 +3,11 @@
 // asks for (providers, tools), fans published events out to listeners, decides when the history
 // log and the persisted snapshot (engine/session-store.ts) and the session record
 // (engine/record-writer.ts) are written, and keeps deadlines armed as timers.
-import { randomUUID } from 'node:crypto'
 import { createActor, fromCallback, type Actor } from 'xstate'
 import { ApiError } from '../gateway/errors.js'
 import type { Platform } from '../platform/index.js'
 import type { SessionRecorder } from '../reports/index.js'
-import type { CrewCatalog, Crew, ToolDefinition } from './crews.js'
+import type { CrewCatalog, Crew } from './crews.js'
 import { CrewSlots } from './crew-slots.js'
 import {
   assertCan,
@@ -23,13 +22,14 @@ import {
   type SessionSnapshot,
   type ToolRunInput,
 } from './machine.js'
+import { ToolRunner, type RequestedCall } from './tools.js'
 import type { AssistantProvider } from './providers/types.js'
 import { summarize } from './conversation.js'
 import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
 import { RecordWriter } from './record-writer.js'
 import { SessionStore } from './session-store.js'
-import type { ConversationMessage, HistoryEntry, PendingTool } from './types.js'
+import type { ConversationMessage, HistoryEntry } from './types.js'
 
 interface LiveSession {
   id: string
@@ -85,6 +85,7 @@ export class SessionHost {
   private readonly loading = new Map<string, Promise<LiveSession | null>>()
   private readonly store: SessionStore
   private readonly slots: CrewSlots
+  private readonly tools: ToolRunner
   private readonly machine
   private stopped = false
   private readonly cleanups = new Set<Promise<void>>()
@@ -95,10 +96,11 @@ export class SessionHost {
     this.events = options.events ?? new MemoryEventLog(options.platform.config.channel.replayBufferEvents)
     this.store = new SessionStore(store)
     this.slots = new CrewSlots(store)
+    this.tools = new ToolRunner(options.crews, options.platform.clock, options.externalToolTimeoutMs)
     this.machine = sessionMachine.provide({
       actors: {
         generate: fromCallback<SessionEvent, GenerationInput>(({ input, sendBack }) => this.generate(input, sendBack)),
-        runTools: fromCallback<SessionEvent, ToolRunInput>(({ input, sendBack }) => this.runTools(input, sendBack)),
+        runTools: fromCallback<SessionEvent, ToolRunInput>(({ input, sendBack }) => this.tools.run(input, sendBack)),
       },
     })
   }
@@ -276,8 +278,11 @@ export class SessionHost {
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
         if (this.options.durableAcks) await this.flushed(live)
         return { accepted: true, state: stateName(live.actor.getSnapshot()) }
-      case 'admin.toolinject':
-        return this.injectTool(live, command, at)
+      case 'admin.toolinject': {
+        const { event, reply } = this.tools.inject(live.crew, command, at)
+        this.send(live, event)
+        return reply
+      }
       case 'external.resolve':
         return this.resolve(live, command, at)
       case 'admin.transfer': {
@@ -315,34 +320,6 @@ export class SessionHost {
     this.afterEvent(live)
   }
 
-  private tool(live: LiveSession, toolId: string): ToolDefinition {
-    const tool = live.crew.tools.find(t => t.id === toolId)
-    if (!tool) {
-      throw new ApiError(400, 'UNKNOWN_TOOL', `Tool ${toolId} is not a tool of crew ${live.crew.id}`, { tools: live.crew.tools.map(t => t.id) })
-    }
-    return tool
-  }
-
-  private async injectTool(live: LiveSession, command: Extract<SessionCommand, { type: 'admin.toolinject' }>, at: number) {
-    const tool = this.tool(live, command.tool)
-    const args = command.args ?? {}
-    const issues = this.options.crews.validateArgs(live.crew.id, tool.id, args)
-    if (issues.length) throw new ApiError(400, 'VALIDATION_FAILED', `Arguments do not match the parameters of tool ${tool.id}`, { details: issues })
-    const base = { callId: `call_${randomUUID()}`, tool: tool.id, args: args as Record<string, unknown>, origin: 'inject' as const, userId: command.userId }
-    if (tool.handler === 'external') {
-      const call: PendingTool = { ...base, external: true, correlationId: randomUUID(), deadline: at + this.externalTimeout(tool) }
-      this.send(live, { type: 'admin.toolinject', userId: command.userId, call, at })
-      return { tool: tool.id, callId: call.callId, status: 'pending', correlationId: call.correlationId, deadline: new Date(call.deadline!).toISOString() }
-    }
-    const result = runBuiltin(tool, base.args, at)
-    this.send(live, { type: 'admin.toolinject', userId: command.userId, call: { ...base, external: false }, result, ok: true, at })
-    return { tool: tool.id, callId: base.callId, status: 'completed', result }
-  }
-
-  private externalTimeout(tool: ToolDefinition) {
-    return tool.timeoutMs ?? this.options.externalToolTimeoutMs ?? 120_000
-  }
-
   private resolve(live: LiveSession, command: Extract<SessionCommand, { type: 'external.resolve' }>, at: number) {
     const context = live.actor.getSnapshot().context
     const pending = context.pendingTools.find(p => p.correlationId === command.correlationId)
@@ -367,7 +344,7 @@ export class SessionHost {
       const provider = this.options.providers[crew.assistant.provider]
       if (!provider) throw new Error(`no provider ${crew.assistant.provider}`)
       let text = ''
-      const calls: { tool: string; args: Record<string, unknown>; id?: string }[] = []
+      const calls: RequestedCall[] = []
       const stream = provider.generate({
         crew,
         agentId: input.agentId,
@@ -388,19 +365,7 @@ export class SessionHost {
       }
       if (controller.signal.aborted) return
       const at = this.now
-      const toolCalls: PendingTool[] = calls.map(call => {
-        const tool = crew.tools.find(t => t.id === call.tool)
-        const valid = tool ? this.options.crews.validateArgs(crew.id, tool.id, call.args).length === 0 : false
-        const external = !!tool && tool.handler === 'external' && valid
-        return {
-          callId: call.id ?? `call_${randomUUID()}`,
-          tool: call.tool,
-          args: call.args,
-          external,
-          origin: 'turn',
-          ...(external ? { correlationId: randomUUID(), deadline: at + this.externalTimeout(tool!) } : {}),
-        }
-      })
+      const toolCalls = this.tools.pending(crew, calls, at)
       finished = true
       sendBack({ type: 'gen.completed', text, toolCalls, at })
     }
@@ -412,35 +377,6 @@ export class SessionHost {
     })
     return () => {
       if (!finished) controller.abort()
-    }
-  }
-
-  private runTools(input: ToolRunInput, sendBack: (event: SessionEvent) => void) {
-    let stopped = false
-    const crew = this.options.crews.get(input.crewId)
-    queueMicrotask(() => {
-      for (const call of input.calls) {
-        if (stopped) return
-        const at = this.now
-        const tool = crew?.tools.find(t => t.id === call.tool)
-        if (!crew || !tool) {
-          sendBack({ type: 'tool.result', callId: call.callId, ok: false, result: { error: 'unknown_tool', message: `No tool ${call.tool}` }, at })
-          continue
-        }
-        const issues = this.options.crews.validateArgs(crew.id, tool.id, call.args)
-        if (issues.length) {
-          sendBack({ type: 'tool.result', callId: call.callId, ok: false, result: { error: 'invalid_arguments', details: issues }, at })
-          continue
-        }
-        try {
-          sendBack({ type: 'tool.result', callId: call.callId, ok: true, result: runBuiltin(tool, call.args, at), at })
-        } catch (error) {
-          sendBack({ type: 'tool.result', callId: call.callId, ok: false, result: { error: 'tool_failed', message: (error as Error).message }, at })
-        }
-      }
-    })
-    return () => {
-      stopped = true
     }
   }
 
@@ -802,15 +738,4 @@ function settled(actor: Actor<typeof sessionMachine>, timeoutMs: number): Promis
     const timer = setTimeout(done, timeoutMs)
     const subscription = actor.subscribe({ next: snapshot => void (isBusy(snapshot) || done()), error: done, complete: done })
   })
-}
-
-function runBuiltin(tool: ToolDefinition, args: Record<string, unknown>, at: number): unknown {
-  switch (tool.handler) {
-    case 'echo':
-      return { text: args.text }
-    case 'clock':
-      return { now: new Date(at).toISOString() }
-    default:
-      throw new Error(`tool ${tool.id} runs outside the engine`)
-  }
 }
