@@ -28,8 +28,9 @@ import { summarize } from './conversation.js'
 import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
 import { RecordWriter } from './record-writer.js'
-import { SessionStore } from './session-store.js'
-import type { ConversationMessage, HistoryEntry } from './types.js'
+import { SessionStore, type SnapshotWrite } from './session-store.js'
+import { SessionWriter } from './session-writer.js'
+import type { ConversationMessage } from './types.js'
 
 interface LiveSession {
   id: string
@@ -40,15 +41,11 @@ interface LiveSession {
   /** Seq of the last event published (the SSE id of the session's streams). */
   eventSeq: number
   consumers: Set<string>
-  pendingLog: HistoryEntry[]
-  dirty: boolean
-  flushing: Promise<void> | null
-  records: RecordWriter
+  /** Its history, snapshot and report record on their way to the store. */
+  writer: SessionWriter
   idleTimer: { deadline: number; timer: NodeJS.Timeout } | null
   toolTimers: Map<string, NodeJS.Timeout>
   finished: boolean
-  /** A snapshot write waits for the reply in progress to finish (snapshots are per turn). */
-  snapshotDue: boolean
   /** Set once destroyed: resolves when its resources are released. */
   cleanup: Promise<void> | null
 }
@@ -167,8 +164,8 @@ export class SessionHost {
     const actor = createActor(this.machine, { input: { context: opening.context } })
     const live = this.register(request.sessionId, request.accountId, crew, actor, [request.consumerId])
     live.listeners.add(listener)
-    live.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: input.agentId, startTime: at })
-    for (const entry of opening.log) this.onLog(live, entry)
+    live.writer.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: input.agentId, startTime: at })
+    for (const entry of opening.log) live.writer.append(entry)
     this.emit(live, { kind: 'event', name: 'Initialized', data: { sessionId: request.sessionId, consumerId: request.consumerId } })
     for (const event of opening.publish) this.emit(live, { kind: 'event', ...event })
     actor.start()
@@ -185,25 +182,33 @@ export class SessionHost {
       listeners: new Set(),
       eventSeq: 0,
       consumers: new Set(consumers),
-      pendingLog: [],
-      dirty: false,
-      flushing: null,
-      records: new RecordWriter(this.options.recorder, id, this.options.platform.logger),
+      writer: new SessionWriter(
+        {
+          id,
+          finished: () => live.finished,
+          snapshot: () => this.snapshotWrite(live),
+          fence: () => this.fenceOf(id),
+          lost: why => this.drop(live, why),
+        },
+        {
+          store: this.store,
+          records: new RecordWriter(this.options.recorder, id, this.options.platform.logger),
+          logger: this.options.platform.logger,
+          fenced: !!this.options.leases,
+          stopping: () => this.stopped,
+        },
+      ),
       idleTimer: null,
       toolTimers: new Map(),
       finished: false,
-      snapshotDue: false,
       cleanup: null,
     }
-    actor.on('log', ({ entry }) => this.onLog(live, entry))
+    actor.on('log', ({ entry }) => live.writer.append(entry))
     actor.on('publish', ({ event }) => this.emit(live, { kind: 'event', ...event }))
     actor.subscribe({
       next: snapshot => {
         if (snapshot.status === 'done') this.finish(live)
-        else if (live.snapshotDue && !isGenerating(snapshot)) {
-          live.snapshotDue = false
-          this.schedulePersist(live)
-        }
+        else if (!isGenerating(snapshot)) live.writer.turnEnded()
       },
       error: error => {
         this.options.platform.logger.error('session actor failed', { sessionId: id, error })
@@ -276,7 +281,7 @@ export class SessionHost {
           throw new ApiError(400, 'UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
         }
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
-        if (this.options.durableAcks) await this.flushed(live)
+        if (this.options.durableAcks) await live.writer.flushed()
         return { accepted: true, state: stateName(live.actor.getSnapshot()) }
       case 'admin.toolinject': {
         const { event, reply } = this.tools.inject(live.crew, command, at)
@@ -439,73 +444,22 @@ export class SessionHost {
     this.afterEvent(live)
   }
 
-  // ---------------------------------------------------------------- history, records, persistence
+  // ---------------------------------------------------------------- persistence, close, queries
 
-  private onLog(live: LiveSession, entry: HistoryEntry) {
-    live.pendingLog.push(entry)
-    live.records.note(entry)
-    this.schedulePersist(live)
-  }
-
-  private schedulePersist(live: LiveSession) {
-    live.dirty = true
-    if (!live.flushing) live.flushing = this.persist(live).finally(() => (live.flushing = null))
-  }
-
-  /** Writes pending log entries, then the snapshot that points past them; coalesces bursts. */
-  private async persist(live: LiveSession) {
-    await new Promise(resolve => setImmediate(resolve))
-    while (live.dirty) {
-      if (this.options.leases && !live.finished && this.options.leases.token(live.id) === undefined) {
-        // The lease is gone (not renewed in time, or taken over): another node may own the
-        // session now, so nothing more is written from here.
-        this.drop(live, 'lease lost')
-        return
-      }
-      live.dirty = false
-      const entries = live.pendingLog.splice(0)
-      try {
-        if (entries.length) await this.store.appendLog(live.id, entries)
-        if (live.finished) continue
-        const snapshot = live.actor.getSnapshot()
-        // History entries are written at once; the snapshot (and the record counters) after the
-        // turn, so a streamed reply costs one snapshot write, not one per step.
-        if (isGenerating(snapshot)) {
-          live.snapshotDue = true
-          continue
-        }
-        live.records.flushCounts()
-        const context = snapshot.context
-        const written = await this.store.writeSnapshot(
-          live.id,
-          {
-            state: snapshot.value === 'paused' ? 'paused' : 'active',
-            agentId: context.agentId,
-            snapshot: live.actor.getPersistedSnapshot(),
-            logPosition: context.seq,
-            eventSeq: live.eventSeq,
-            deadlines: { idle: context.idleDeadline, tools: context.pendingTools.flatMap(p => (p.deadline === undefined ? [] : [p.deadline])) },
-            updatedAt: context.updatedAt,
-          },
-          this.fenceOf(live.id),
-        )
-        if (this.options.leases && !written && !live.finished) {
-          this.drop(live, 'fenced: another node took the session over')
-          return
-        }
-      } catch (error) {
-        this.options.platform.logger.error('session persistence failed', { sessionId: live.id, error })
-        live.pendingLog.unshift(...entries)
-        live.dirty = true
-        await new Promise(resolve => setTimeout(resolve, 250))
-        if (this.stopped) return
-      }
+  /** What the session's document keeps of it after a turn; undefined while a reply streams. */
+  private snapshotWrite(live: LiveSession): SnapshotWrite | undefined {
+    const snapshot = live.actor.getSnapshot()
+    if (isGenerating(snapshot)) return undefined
+    const context = snapshot.context
+    return {
+      state: snapshot.value === 'paused' ? 'paused' : 'active',
+      agentId: context.agentId,
+      snapshot: live.actor.getPersistedSnapshot(),
+      logPosition: context.seq,
+      eventSeq: live.eventSeq,
+      deadlines: { idle: context.idleDeadline, tools: context.pendingTools.flatMap(p => (p.deadline === undefined ? [] : [p.deadline])) },
+      updatedAt: context.updatedAt,
     }
-  }
-
-  private async flushed(live: LiveSession) {
-    while (live.flushing) await live.flushing
-    await live.records.written()
   }
 
   private finish(live: LiveSession) {
@@ -521,7 +475,7 @@ export class SessionHost {
     this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
     // Resources released: the log and the snapshot go; a tombstone says it was destroyed.
     live.cleanup = (async () => {
-      await this.flushed(live)
+      await live.writer.flushed()
       // Conditional: two nodes closing the same session (reapers racing, engine/reaper.ts)
       // free its crew slot once, whoever turns the document into a tombstone first.
       if (await this.store.markDestroyed(live.id, { reason: context.closeReason ?? 'destroyed', at: this.now })) {
@@ -537,7 +491,7 @@ export class SessionHost {
   }
 
   private async history(live: LiveSession, after: number, limit: number) {
-    await this.flushed(live)
+    await live.writer.flushed()
     const page = await this.store.entriesAfter(live.id, after, limit + 1)
     const entries = page.slice(0, limit).map(entry => ({ ...entry, at: new Date(entry.at).toISOString() }))
     const snapshot = live.actor.getSnapshot()
@@ -664,7 +618,7 @@ export class SessionHost {
     if (live.idleTimer) clearTimeout(live.idleTimer.timer)
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
     live.listeners.clear()
-    live.pendingLog = []
+    live.writer.discard()
     live.actor.stop()
     if (this.live.get(live.id) === live) this.live.delete(live.id)
     this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
@@ -691,8 +645,8 @@ export class SessionHost {
     if (live.finished) return undefined
     if (live.idleTimer) clearTimeout(live.idleTimer.timer)
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
-    this.schedulePersist(live)
-    await this.flushed(live)
+    live.writer.schedule()
+    await live.writer.flushed()
     if (live.finished) return undefined
     live.finished = true
     live.listeners.clear()
@@ -708,7 +662,7 @@ export class SessionHost {
     for (const live of [...this.live.values()]) {
       if (live.idleTimer) clearTimeout(live.idleTimer.timer)
       for (const timer of live.toolTimers.values()) clearTimeout(timer)
-      await this.flushed(live)
+      await live.writer.flushed()
       live.finished = true
       live.actor.stop()
       this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
