@@ -1,8 +1,9 @@
 // The actor host: owns the live session actors of this process. It turns transport commands
 // into machine events (refusing what the machine would ignore), runs the effects the machine
-// asks for (providers, tools), fans published events out to listeners, decides when the history
-// log and the persisted snapshot (engine/session-store.ts) and the session record
-// (engine/record-writer.ts) are written, and keeps deadlines armed as timers.
+// asks for (providers; tools through engine/tools.ts), fans published events out to listeners,
+// restores sessions persisted by any node, and keeps deadlines armed as timers. What a session
+// leaves in the store goes through its SessionWriter (engine/session-writer.ts) to the
+// SessionStore (engine/session-store.ts).
 import { createActor, fromCallback, type Actor } from 'xstate'
 import { ApiError } from '../gateway/errors.js'
 import type { Platform } from '../platform/index.js'
