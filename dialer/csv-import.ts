@@ -16,6 +16,7 @@ import { contactIssues, type ContactInput } from './contact-input.js'
 import type { Batches, BatchDoc } from './batches.js'
 import type { OperationError, Operations } from './operations.js'
 import { ContactLoads, type QueuedContact } from './loads.js'
+import type { QueueWorker } from './queue-workers.js'
 
 export const IMPORT_QUEUE = 'dialer.csv.imports'
 const URL_TTL_MS = 60 * 60 * 1000
@@ -86,7 +87,7 @@ export class CsvImports {
   private readonly uploads: Collection<UploadDoc>
   private readonly rowErrors: Collection<ImportErrorDoc>
   readonly queue: WorkQueue<ImportMessage>
-  private stopConsuming?: () => Promise<void>
+  readonly worker: QueueWorker<ImportMessage>
 
   constructor(
     private readonly platform: Platform,
@@ -98,14 +99,7 @@ export class CsvImports {
     this.uploads = platform.store.collection<UploadDoc>(COLLECTIONS.uploads)
     this.rowErrors = platform.store.collection<ImportErrorDoc>(COLLECTIONS.importErrors)
     this.queue = platform.bus.queue<ImportMessage>(IMPORT_QUEUE)
-  }
-
-  startWorkers() {
-    this.stopConsuming = this.queue.consume(d => this.run(d), { concurrency: 1, maxDeliveries: 3 })
-  }
-
-  async stopWorkers() {
-    await this.stopConsuming?.()
+    this.worker = { queue: this.queue, handle: d => this.run(d), options: { concurrency: 1, maxDeliveries: 3 } }
   }
 
   private sign(key: string, expires: number) {

@@ -12,6 +12,7 @@ import { BatchLifecycle } from './lifecycle.js'
 import { BlockedAddresses } from './blocked-addresses.js'
 import { CsvImports } from './csv-import.js'
 import { ContactLoads } from './loads.js'
+import { QueueWorkers } from './queue-workers.js'
 import { Contacts } from './contacts.js'
 import { Operations } from './operations.js'
 import { Idempotency } from './idempotency.js'
@@ -38,7 +39,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
   const imports = new CsvImports(platform, new FileBlobStore(platform.config.dataDir), batches, operations, loads)
   const blocked = new BlockedAddresses(store, clock)
   const idempotency = new Idempotency(options.idempotencyStore, clock, platform.logger)
-  const workers = [loads, lifecycle, imports]
+  const queueWorkers = new QueueWorkers([loads.worker, lifecycle.worker, imports.worker])
   const attempts = new Attempts(store)
   const webhookReports = store.collection<WebhookReportDoc>(WEBHOOK_REPORTS)
   const providers = createProviders(platform.config, { webhookReports, transport: options.sessionTransport })
@@ -56,7 +57,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
       await idempotency.ensureIndexes()
       await store.ensureIndexes(WEBHOOK_REPORTS, [{ name: 'received_ttl', key: { receivedAt: 1 }, expireAfterSeconds: 7 * 86_400 }])
       if (options.workers !== false) {
-        for (const worker of workers) worker.startWorkers()
+        queueWorkers.start()
         scheduler.start(platform.config.dialer.cycleMs)
       }
     },
@@ -64,7 +65,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
       // Attempts waiting on a webhook report or an assistant session end now (as failed).
       providers.close()
       await scheduler.stop()
-      for (const worker of workers) await worker.stopWorkers()
+      await queueWorkers.stop()
     },
   }
 }

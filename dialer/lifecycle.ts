@@ -9,8 +9,10 @@ import { type Batches, MOVES } from './batches.js'
 import type { BatchLog } from './batch-log.js'
 import type { LifecycleOperationDoc, LifecycleType, Operations } from './operations.js'
 import { operationPath } from './loads.js'
+import type { QueueWorker } from './queue-workers.js'
 
 export const LIFECYCLE_QUEUE = 'dialer.batches.lifecycle'
+const MAX_DELIVERIES = 5
 
 interface LifecycleMessage {
   operationId: string
@@ -18,7 +20,7 @@ interface LifecycleMessage {
 
 export class BatchLifecycle {
   readonly queue: WorkQueue<LifecycleMessage>
-  private stopConsuming?: () => Promise<void>
+  readonly worker: QueueWorker<LifecycleMessage>
 
   constructor(
     private readonly platform: Platform,
@@ -27,14 +29,7 @@ export class BatchLifecycle {
     private readonly log: BatchLog,
   ) {
     this.queue = platform.bus.queue<LifecycleMessage>(LIFECYCLE_QUEUE)
-  }
-
-  startWorkers() {
-    this.stopConsuming = this.queue.consume(d => this.run(d), { concurrency: 2, maxDeliveries: 5 })
-  }
-
-  async stopWorkers() {
-    await this.stopConsuming?.()
+    this.worker = { queue: this.queue, handle: d => this.run(d), options: { concurrency: 2, maxDeliveries: MAX_DELIVERIES } }
   }
 
   async request(principal: Principal, batchId: string, type: LifecycleType) {
@@ -60,7 +55,7 @@ export class BatchLifecycle {
       await this.apply(op)
       await this.operations.finishLifecycle(op, 'succeeded')
     } catch (error) {
-      if (delivery.attempt < 5) throw error
+      if (delivery.attempt < MAX_DELIVERIES) throw error
       await this.operations.finishLifecycle(op, 'failed', (error as Error).message)
     }
     this.platform.metrics.operationsInFlight.dec({ kind: op.kind })

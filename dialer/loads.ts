@@ -27,6 +27,7 @@ import {
   type OperationError,
   type Operations,
 } from './operations.js'
+import type { QueueWorker } from './queue-workers.js'
 
 export const LOAD_QUEUE = 'dialer.contacts.chunks'
 const MAX_DELIVERIES = 5
@@ -115,7 +116,7 @@ export class ContactLoads {
   private readonly contacts: Collection<ContactDoc>
   private readonly plans: Collection<ChunkPlanDoc>
   readonly queue: WorkQueue<ChunkMessage>
-  private stopConsuming?: () => Promise<void>
+  readonly worker: QueueWorker<ChunkMessage>
 
   constructor(
     private readonly platform: Platform,
@@ -126,17 +127,11 @@ export class ContactLoads {
     this.contacts = platform.store.collection<ContactDoc>(COLLECTIONS.contacts)
     this.plans = platform.store.collection<ChunkPlanDoc>(COLLECTIONS.chunkPlans)
     this.queue = platform.bus.queue<ChunkMessage>(LOAD_QUEUE)
-  }
-
-  startWorkers() {
-    this.stopConsuming = this.queue.consume(delivery => this.handle(delivery), {
-      concurrency: this.platform.config.dialer.workerConcurrency,
-      maxDeliveries: MAX_DELIVERIES,
-    })
-  }
-
-  async stopWorkers() {
-    await this.stopConsuming?.()
+    this.worker = {
+      queue: this.queue,
+      handle: delivery => this.handle(delivery),
+      options: { concurrency: platform.config.dialer.workerConcurrency, maxDeliveries: MAX_DELIVERIES },
+    }
   }
 
   /** Fills in missing identifiers (generated ids cannot be related to the source record). */

@@ -5,7 +5,7 @@ import type { JsonRoute, RequestContext, Route } from '../gateway/routes.js'
 import { ADDRESS_TYPES, schemas } from '../schemas/index.js'
 import type { Platform } from '../platform/index.js'
 import { parseContactsBody } from './contact-input.js'
-import { type Batches, batchView } from './batches.js'
+import { type Batches, type BatchDoc, batchView } from './batches.js'
 import type { BatchLifecycle } from './lifecycle.js'
 import type { BatchLog } from './batch-log.js'
 import type { BlockedAddresses } from './blocked-addresses.js'
@@ -49,7 +49,9 @@ function body<T>(ctx: RequestContext, schemaId: string): T {
   return data as T
 }
 
-const page = (ctx: RequestContext) => ({
+type Page = { limit: number; offset: number }
+
+const page = (ctx: RequestContext): Page => ({
   limit: intParam(ctx.query, 'limit', { min: 1, max: 1000, fallback: 50 }),
   offset: intParam(ctx.query, 'offset', { min: 0, fallback: 0 }),
 })
@@ -70,6 +72,24 @@ export function dialerRoutes(s: DialerServices): Route[] {
       responses: { '202': { description: 'Accepted; poll the batch.lifecycle operation at Location' }, '404': { description: 'No such batch' }, '409': { description: 'Not allowed in the current status' } },
       handle: async ctx => accepted(await s.lifecycle.request(ctx.principal, ctx.params.batchId!, type)),
     })
+
+  /**
+   * GET `/batches/:batchId/<path>`: records of one batch, paged. The batch is read first (404 when
+   * it is unknown or another account's); `filter` reads the query before the page parameters.
+   */
+  const batchListRoute = <F>(path: string, summary: string, filter: (ctx: RequestContext) => F, list: (batch: BatchDoc, filter: F, page: Page) => Promise<unknown>): JsonRoute => ({
+    method: 'get',
+    path: `${V1}/batches/:batchId/${path}`,
+    role: 'dialer',
+    tag: TAG,
+    summary,
+    handle: async ctx => {
+      const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
+      const query = filter(ctx)
+      return { status: 200, body: await list(batch, query, page(ctx)) }
+    },
+  })
+  const noFilter = () => ({})
 
   return [
     write({
@@ -190,20 +210,12 @@ export function dialerRoutes(s: DialerServices): Route[] {
         return accepted(await s.loads.accept(ctx.principal, ctx.params.batchId!, contacts))
       },
     }),
-    {
-      method: 'get',
-      path: `${V1}/batches/:batchId/contacts`,
-      role: 'dialer',
-      tag: TAG,
-      summary: 'List the contacts of a batch (oldest first); query identifier, state, limit, offset',
-      handle: async ctx => {
-        const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
-        const state = enumParam(ctx.query, 'state', ['pending', 'in_progress', 'done', 'cancelled'] as const)
-        const identifier = ctx.query.get('identifier') || undefined
-        const { limit, offset } = page(ctx)
-        return { status: 200, body: await s.contacts.list(batch._id, { identifier, state }, limit, offset) }
-      },
-    },
+    batchListRoute(
+      'contacts',
+      'List the contacts of a batch (oldest first); query identifier, state, limit, offset',
+      ctx => ({ identifier: ctx.query.get('identifier') || undefined, state: enumParam(ctx.query, 'state', ['pending', 'in_progress', 'done', 'cancelled'] as const) }),
+      (batch, filter, { limit, offset }) => s.contacts.list(batch._id, filter, limit, offset),
+    ),
     {
       method: 'get',
       path: `${V1}/batches/:batchId/contacts/:contactId`,
@@ -241,19 +253,12 @@ export function dialerRoutes(s: DialerServices): Route[] {
         return { status: 200, body: await s.control.cancel(batch, ctx.params.contactId!) }
       },
     }),
-    {
-      method: 'get',
-      path: `${V1}/batches/:batchId/attempts`,
-      role: 'dialer',
-      tag: TAG,
-      summary: 'The attempts of a batch, newest first; query outcome, limit, offset',
-      handle: async ctx => {
-        const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
-        const outcome = enumParam(ctx.query, 'outcome', OUTCOMES)
-        const { limit, offset } = page(ctx)
-        return { status: 200, body: await s.attempts.list(batch._id, { outcome }, limit, offset) }
-      },
-    },
+    batchListRoute(
+      'attempts',
+      'The attempts of a batch, newest first; query outcome, limit, offset',
+      ctx => ({ outcome: enumParam(ctx.query, 'outcome', OUTCOMES) }),
+      (batch, filter, { limit, offset }) => s.attempts.list(batch._id, filter, limit, offset),
+    ),
     {
       method: 'post',
       path: `${V1}/attempts/:attemptId/outcome`,
@@ -276,30 +281,10 @@ export function dialerRoutes(s: DialerServices): Route[] {
         return { status: 200, body: await s.outcomes.report(ctx.params.attemptId!, input.outcome, input.detail ?? null) }
       },
     },
-    {
-      method: 'get',
-      path: `${V1}/batches/:batchId/logs`,
-      role: 'dialer',
-      tag: TAG,
-      summary: 'The batch audit log, newest first; query limit, offset',
-      handle: async ctx => {
-        const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
-        const { limit, offset } = page(ctx)
-        return { status: 200, body: await s.log.list(batch.accountId, batch._id, limit, offset) }
-      },
-    },
-    {
-      method: 'get',
-      path: `${V1}/batches/:batchId/import-errors`,
-      role: 'dialer',
-      tag: TAG,
-      summary: 'Per-row errors of the CSV import (row number, field, code, reason)',
-      handle: async ctx => {
-        const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
-        const { limit, offset } = page(ctx)
-        return { status: 200, body: await s.imports.listRowErrors(batch._id, limit, offset) }
-      },
-    },
+    batchListRoute('logs', 'The batch audit log, newest first; query limit, offset', noFilter, (batch, _, { limit, offset }) => s.log.list(batch.accountId, batch._id, limit, offset)),
+    batchListRoute('import-errors', 'Per-row errors of the CSV import (row number, field, code, reason)', noFilter, (batch, _, { limit, offset }) =>
+      s.imports.listRowErrors(batch._id, limit, offset),
+    ),
     write({
       method: 'post',
       path: `${V1}/blocked-addresses`,

@@ -34,6 +34,8 @@ export interface BatchRules {
   priorityOrder?: 'contactPriority' | 'scheduledAt'
   /** Attempts of this batch in flight at once (pacing); the account limit applies as well. */
   maxInFlight?: number
+  /** Attempts of this batch started in any 60 s (sliding window); the account limit applies as well. */
+  maxAttemptsPerMinute?: number
 }
 
 export const DEFAULT_MAX_ATTEMPTS = 3

@@ -24,6 +24,7 @@ import { startMongoTestServer } from '../../test/support/mongo-server.js'
 import { startNatsServer } from '../../test/support/nats-server.js'
 import { CHANNEL, createSession, type SseClient } from '../../test/support/sse.js'
 import { startProcess, waitHealthy, type Proc } from '../../test/support/processes.js'
+import { writeResults } from '../support.js'
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8)
 const MSG_SESSIONS = Number(process.env.BENCH_MSG_SESSIONS ?? 32)
@@ -222,7 +223,7 @@ async function main() {
     ratio: { sessionsPerSecond: two.create.perSecond / one.create.perSecond, messagesPerSecond: two.message.perSecond / one.message.perSecond },
     failover: fo,
   }
-  writeFileSync(new URL('./results.json', import.meta.url), JSON.stringify(results, null, 2) + '\n')
+  writeResults(import.meta.url, started, results)
   const f = (n: number, d = 0) => n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d })
   const md = [
     `| engine nodes (1 gateway) | sessions created/s (p50 / p99) | messages/s, PUT → assistant.message (p50 / p99) |`,

@@ -25,8 +25,6 @@
 // Env: DIALER_BENCH_SMALL (100000), DIALER_BENCH_LARGE (1000000), DIALER_BENCH_CYCLES (10).
 // Hard stop: 4 minutes from start; a row cut short says so and covers what finished.
 import { randomUUID } from 'node:crypto'
-import { cpus } from 'node:os'
-import { writeFileSync } from 'node:fs'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'
 import { newId } from '../../platform/ids.js'
@@ -34,6 +32,7 @@ import { startService } from '../../service.js'
 import { COLLECTIONS, NO_PRIORITY_RANK, type ContactDoc } from '../../dialer/collections.js'
 import type { BatchDoc } from '../../dialer/batches.js'
 import { ManualClock, schedulerOf } from '../../dialer/scheduler/index.js'
+import { runHeader, writeResults } from '../support.js'
 
 const SMALL = Number(process.env.DIALER_BENCH_SMALL ?? 100_000)
 const LARGE = Number(process.env.DIALER_BENCH_LARGE ?? 1_000_000)
@@ -238,30 +237,19 @@ const table = [
 ].join('\n')
 console.log('\n' + table + '\n')
 
-const seconds = Math.round((Date.now() - started) / 1000)
-writeFileSync(
-  new URL('./results.json', import.meta.url),
-  JSON.stringify(
-    {
-      date: new Date().toISOString(),
-      machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model, node: process.version, platform: `${process.platform} ${process.arch}` },
-      durationSeconds: seconds,
-      parameters: {
-        store: 'memory (embedded)',
-        sizes: [SMALL, LARGE],
-        cyclesPerSize: CYCLES,
-        cycleRoom: CYCLE_ROOM,
-        dispatchRoom: DISPATCH_ROOM,
-        dispatchMaxCycles: DISPATCH_CYCLES,
-        dispatchMaxMs: DISPATCH_MS,
-        provider: 'simulated, DIALER_SIM_LATENCY_MS=0',
-        seedSeconds,
-      },
-      latency: latencyRows,
-      dispatch: dispatchRows,
-    },
-    null,
-    2,
-  ) + '\n',
-)
-console.log(`done in ${seconds} s; bench/dialer/results.json written`)
+writeResults(import.meta.url, started, {
+  ...runHeader(started),
+  parameters: {
+    store: 'memory (embedded)',
+    sizes: [SMALL, LARGE],
+    cyclesPerSize: CYCLES,
+    cycleRoom: CYCLE_ROOM,
+    dispatchRoom: DISPATCH_ROOM,
+    dispatchMaxCycles: DISPATCH_CYCLES,
+    dispatchMaxMs: DISPATCH_MS,
+    provider: 'simulated, DIALER_SIM_LATENCY_MS=0',
+    seedSeconds,
+  },
+  latency: latencyRows,
+  dispatch: dispatchRows,
+})

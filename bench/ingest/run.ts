@@ -32,14 +32,13 @@
 // a 2-core machine; 50 with MONGO_URL), INGEST_CONCURRENCY (4), INGEST_SKIP_MEMORY=1, MONGO_URL.
 // Hard stop: 4 minutes from start; a row cut short says so and covers what finished.
 import { randomUUID } from 'node:crypto'
-import { cpus } from 'node:os'
-import { writeFileSync } from 'node:fs'
 import { MongoClient } from 'mongodb'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'
 import { startService, type RunningService } from '../../service.js'
 import { COLLECTIONS, INDEXES, NO_PRIORITY_RANK, type ContactDoc } from '../../dialer/collections.js'
 import { startMongoTestServer, type MongoTestServer } from '../../test/support/mongo-server.js'
+import { runHeader, writeResults } from '../support.js'
 
 const KEY = 'bench-ingest-key-00000000'
 const PER_REQUEST = 1000
@@ -260,28 +259,17 @@ const table = [
 ].join('\n')
 console.log('\n' + table + '\n')
 
-const seconds = Math.round((Date.now() - started) / 1000)
-writeFileSync(
-  new URL('./results.json', import.meta.url),
-  JSON.stringify(
-    {
-      date: new Date().toISOString(),
-      machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model, node: process.version, platform: `${process.platform} ${process.arch}` },
-      durationSeconds: seconds,
-      parameters: {
-        requests: REQUESTS,
-        contactsPerRequest: PER_REQUEST,
-        concurrency: CONCURRENCY,
-        pollMs: POLL_MS,
-        mongo: process.env.MONGO_URL ? 'MONGO_URL' : 'wire-protocol test server (mockupdb + mongomock)',
-        duplicateStrategy: 'merge',
-      },
-      bare,
-      ratios,
-      rows,
-    },
-    null,
-    2,
-  ) + '\n',
-)
-console.log(`done in ${seconds} s; bench/ingest/results.json written`)
+writeResults(import.meta.url, started, {
+  ...runHeader(started),
+  parameters: {
+    requests: REQUESTS,
+    contactsPerRequest: PER_REQUEST,
+    concurrency: CONCURRENCY,
+    pollMs: POLL_MS,
+    mongo: process.env.MONGO_URL ? 'MONGO_URL' : 'wire-protocol test server (mockupdb + mongomock)',
+    duplicateStrategy: 'merge',
+  },
+  bare,
+  ratios,
+  rows,
+})

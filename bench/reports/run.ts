@@ -11,7 +11,6 @@
 //
 //   node --import @tapjs/typescript/import bench/reports/run.ts
 // Env: BENCH_N (1000000), BENCH_MONGO_N (20000), BENCH_ITERATIONS (20), BENCH_SKIP_MONGO=1.
-import { writeFileSync } from 'node:fs'
 import { MongoClient } from 'mongodb'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'
@@ -21,6 +20,7 @@ import { loadDefinitions } from '../../reports/definitions.js'
 import { CompiledReport } from '../../reports/metrics.js'
 import { bucketKeyExpression, bucketSeries, offsetSegments, type Grouping } from '../../reports/time-buckets.js'
 import { startMongoTestServer } from '../../test/support/mongo-server.js'
+import { secondsSince, writeResults } from '../support.js'
 
 const KEY = 'bench-key-000000000000000'
 const T0 = Date.UTC(2026, 0, 1)
@@ -231,19 +231,10 @@ if (process.env.BENCH_SKIP_MONGO !== '1') {
   }
 }
 
-const seconds = Math.round((Date.now() - started) / 1000)
-writeFileSync(
-  new URL('./results.json', import.meta.url),
-  JSON.stringify(
-    {
-      date: new Date().toISOString(),
-      node: process.version,
-      durationSeconds: seconds,
-      setup: { span: '90 days', crews: CREWS, crew: CREW, pageSize: PAGE_SIZE, reportPageSize: 1000, timeZone: ZONE, report: 'sessions-overview' },
-      results,
-    },
-    null,
-    2,
-  ) + '\n',
-)
-console.log(`done in ${seconds} s; bench/reports/results.json written`)
+writeResults(import.meta.url, started, {
+  date: new Date().toISOString(),
+  node: process.version,
+  durationSeconds: secondsSince(started),
+  setup: { span: '90 days', crews: CREWS, crew: CREW, pageSize: PAGE_SIZE, reportPageSize: 1000, timeZone: ZONE, report: 'sessions-overview' },
+  results,
+})

@@ -12,6 +12,7 @@ import { Agent, request } from 'node:http'
 import { connect, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { machineInfo, writeResults } from '../support.js'
 
 const N = Number(process.env.BENCH_SESSIONS ?? 10_000)
 const RATE = Number(process.env.BENCH_RATE ?? 1000)
@@ -360,8 +361,5 @@ if (sb) {
       `p99 < 10 ms at ${RATE} msg/s: ${sb.rttMs.p99 < 10 ? 'met' : 'NOT met'} (${f(sb.rttMs.p99)} ms)`,
   )
 }
-writeFileSync(
-  join(here, 'results.json'),
-  JSON.stringify({ date: new Date().toISOString(), node: process.version, cpus: (await import('node:os')).cpus().length, config: { sessions: N, rate: RATE, seconds: SECONDS, burstSeconds: BURST_SECONDS, burstInFlight: BURST_IN_FLIGHT }, results, ratio, wallSeconds: (Date.now() - started) / 1000 }, null, 2) + '\n',
-)
+writeResults(import.meta.url, started, { date: new Date().toISOString(), node: process.version, cpus: machineInfo().cpus, config: { sessions: N, rate: RATE, seconds: SECONDS, burstSeconds: BURST_SECONDS, burstInFlight: BURST_IN_FLIGHT }, results, ratio, wallSeconds: (Date.now() - started) / 1000 })
 process.exit(0)

@@ -36,12 +36,6 @@ const NO_WINDOW_RECHECK_MS = 24 * 60 * 60_000
 /** The per-minute pacing window: attempts started in the last 60 s (sliding). */
 const RATE_WINDOW_MS = 60_000
 
-/** The batch rules the scheduler reads, with the per-minute pacing rule (schemas/dialer.ts). */
-type PacingRules = BatchRules & {
-  /** Attempts of this batch started in any 60 s (sliding window); the account limit applies as well. */
-  maxAttemptsPerMinute?: number
-}
-
 export interface CycleReport {
   batches: number
   claimed: number
@@ -161,7 +155,7 @@ export class Scheduler {
   ) {
     const { config } = this.platform
     const accountInFlight = account.inFlight
-    const rules = (batch.rules ?? {}) as PacingRules
+    const rules = (batch.rules ?? {}) as BatchRules
     const batchLimit = Math.min(config.dialer.maxInFlightPerBatch, rules.maxInFlight ?? Infinity)
     const accountLimit = config.dialer.maxInFlightPerAccount
     let batchBusy = await this.contacts.countDocuments({ batchId: batch._id, state: 'in_progress' })

@@ -3,30 +3,12 @@
 // selection cycle from the attempts' startedAt in the store: a sliding 60 s window, driven by a
 // manual clock (no real waiting).
 import t from 'tap'
-import { call, KEYS, STORES, startTestService } from '../support/harness.js'
-import { contact, createBatch, load, waitForOperation } from '../support/dialer.js'
-import { ManualClock, Scheduler, schedulerOf } from '../../dialer/scheduler/index.js'
-import { Attempts } from '../../dialer/attempts.js'
-import { BatchLog } from '../../dialer/batch-log.js'
-import { createProviders } from '../../dialer/providers/index.js'
+import { call, KEYS, STORES } from '../support/harness.js'
+import { contact, createBatch, extraScheduler, load, startBatch, startDialingService } from '../support/dialer.js'
 import { loadConfig } from '../../platform/config.js'
-import type { Platform } from '../../platform/index.js'
 
 const SEC = 1000
-const ENV = { DIALER_CYCLE_MS: '0', DIALER_SIM_LATENCY_MS: '0' }
 const answered = (n: number) => contact(n, { customFields: { simulatedOutcomes: 'answered' } })
-
-function extraScheduler(platform: Platform, name: string, dialer: Partial<Platform['config']['dialer']>) {
-  const config = { ...platform.config, dialer: { ...platform.config.dialer, ...dialer } }
-  const p = { ...platform, config }
-  return new Scheduler(p, { log: new BatchLog(platform.store, platform.clock), attempts: new Attempts(platform.store), providers: createProviders(config) }, name)
-}
-
-async function start(base: string, batchId: string, key: string = KEYS.acme) {
-  const res = await call(base, 'POST', `/dialer/v1/batches/${batchId}/start`, { key })
-  if (res.status !== 202) throw new Error(`start: ${res.status} ${res.text}`)
-  await waitForOperation(base, res.json.operationId, key)
-}
 
 t.test('DIALER_MAX_ATTEMPTS_PER_MINUTE_PER_ACCOUNT: default 0 (no limit), a whole number', async t => {
   t.equal(loadConfig({}).dialer.maxAttemptsPerMinutePerAccount, 0)
@@ -36,19 +18,12 @@ t.test('DIALER_MAX_ATTEMPTS_PER_MINUTE_PER_ACCOUNT: default 0 (no limit), a whol
 
 for (const store of STORES) {
   t.test(`pacing per minute on the ${store} store`, async t => {
-    const clock = new ManualClock('2036-03-03T09:00:00Z')
-    const { base, service } = await startTestService(t, { store, clock, env: ENV })
-    const scheduler = schedulerOf(service.platform)
-    const cycle = async (s: Scheduler = scheduler) => {
-      const report = await s.runCycle()
-      await s.drain()
-      return report
-    }
+    const { base, service, clock, cycle } = await startDialingService(t, store)
 
     t.test('rules.maxAttemptsPerMinute: a sliding 60 s window over attempt start times', async t => {
       const batchId = await createBatch(base, { rules: { maxAttemptsPerMinute: 2 } })
       await load(base, batchId, { contacts: [1, 2, 3, 4, 5].map(answered) })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       t.equal((await cycle()).claimed, 2, 'two in the first minute')
       t.equal((await cycle()).claimed, 0, 'attempts ended at once, but the minute is used up')
       clock.advance(30 * SEC)
@@ -73,7 +48,7 @@ for (const store of STORES) {
     })
 
     t.test('per account: shared by the account’s batches; another account is not held back', async t => {
-      const paced = extraScheduler(service.platform, 'paced', { maxAttemptsPerMinutePerAccount: 3 })
+      const paced = extraScheduler(service.platform, 'paced', { dialer: { maxAttemptsPerMinutePerAccount: 3 } })
       clock.advance(60 * SEC) // the previous test's attempts leave the window
       const one = await createBatch(base)
       clock.advance(1000) // batches are served oldest first
@@ -82,9 +57,9 @@ for (const store of STORES) {
       await load(base, one, { contacts: [11, 12, 13].map(answered) })
       await load(base, two, { contacts: [14, 15, 16].map(answered) })
       await load(base, other, { contacts: [17, 18, 19, 20].map(answered) }, KEYS.globex)
-      await start(base, one)
-      await start(base, two)
-      await start(base, other, KEYS.globex)
+      await startBatch(base, one)
+      await startBatch(base, two)
+      await startBatch(base, other, KEYS.globex)
 
       const first = await cycle(paced)
       t.equal(first.claimed, 3 + 3, 'three for acme (the account limit), three for globex')

@@ -5,7 +5,7 @@
 // contact's state.
 import t from 'tap'
 import { call, startTestService } from '../support/harness.js'
-import { contact, createBatch, load, phone, waitForOperation } from '../support/dialer.js'
+import { contact, createBatch, load, phone, startBatch } from '../support/dialer.js'
 import { schedulerOf } from '../../dialer/scheduler/index.js'
 import { AssistantProvider, outcomeOfClose, type AttemptRequest } from '../../dialer/providers/index.js'
 import type { SessionTransport } from '../../engine/transport.js'
@@ -13,12 +13,6 @@ import type { SessionTransport } from '../../engine/transport.js'
 const ADMIN = '/engine/api/administration/session'
 const CHANNEL = '/assistants-channel/api/v1/channel/api/eventstream'
 const ADMIN_HEADERS = { UserId: 'supervisor-1' }
-
-async function start(base: string, batchId: string) {
-  const res = await call(base, 'POST', `/dialer/v1/batches/${batchId}/start`)
-  if (res.status !== 202) throw new Error(`start: ${res.status} ${res.text}`)
-  await waitForOperation(base, res.json.operationId)
-}
 
 const attemptsOf = async (base: string, batchId: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts`)).json.data
 const contactsOf = async (base: string, batchId: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/contacts`)).json.data
@@ -30,7 +24,7 @@ t.test('a phone attempt opens an outbound session; ending it answers the attempt
   const scheduler = schedulerOf(service.platform)
   const batchId = await createBatch(base, { rules: { crewId: 'demo', outboundText: 'Hello {{name}}, calling about your renewal.' } })
   await load(base, batchId, { contacts: [contact(1, { customFields: { plan: 'gold', customerId: 'C-77' } })] })
-  await start(base, batchId)
+  await startBatch(base, batchId)
 
   t.equal((await scheduler.runCycle()).claimed, 1)
   t.equal(scheduler.attemptsInFlight, 1, 'the attempt lasts as long as the session')
@@ -68,7 +62,7 @@ t.test('a phone attempt opens an outbound session; ending it answers the attempt
   await load(base, many, {
     contacts: [2, 3].map(n => contact(n, { addresses: [{ address: phone(n), type: 'whatsapp', priority: 1 }] })),
   })
-  await start(base, many)
+  await startBatch(base, many)
   t.equal((await scheduler.runCycle()).claimed, 2)
   const open = await attemptsOf(base, many)
   for (const a of open) {
@@ -89,7 +83,7 @@ t.test('nobody speaks: the idle timeout is no_answer, and the contact is retried
   const scheduler = schedulerOf(service.platform)
   const batchId = await createBatch(base, { rules: { retryDelayMinutes: { no_answer: 15 } } })
   await load(base, batchId, { contacts: [contact(4)] })
-  await start(base, batchId)
+  await startBatch(base, batchId)
   const started = Date.now()
   await scheduler.runCycle()
   await scheduler.drain()
@@ -106,14 +100,14 @@ t.test('a session that cannot be opened is failed; the service stops with a sess
   const scheduler = schedulerOf(service.platform)
   const batchId = await createBatch(base, { rules: { crewId: 'no-such-crew' } })
   await load(base, batchId, { contacts: [contact(5)] })
-  await start(base, batchId)
+  await startBatch(base, batchId)
   await scheduler.runCycle()
   await scheduler.drain()
   t.match((await attemptsOf(base, batchId))[0], { outcome: 'failed', detail: /assistant session not opened on crew no-such-crew: Crew no-such-crew does not exist/ })
 
   const open = await createBatch(base, { rules: { provider: 'assistant' } })
   await load(base, open, { contacts: [contact(6)] })
-  await start(base, open)
+  await startBatch(base, open)
   await scheduler.runCycle()
   const [attempt] = await attemptsOf(base, open)
   t.equal(attempt.outcome, null)

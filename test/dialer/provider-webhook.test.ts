@@ -7,7 +7,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { createServer as createNetServer } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { call, STORES, startTestService } from '../support/harness.js'
-import { contact, createBatch, load, phone, waitForOperation } from '../support/dialer.js'
+import { contact, createBatch, load, phone, startBatch } from '../support/dialer.js'
 import { schedulerOf } from '../../dialer/scheduler/index.js'
 import { signWebhook, WebhookProvider } from '../../dialer/providers/index.js'
 import { loadConfig } from '../../platform/config.js'
@@ -83,12 +83,6 @@ async function freePort(): Promise<number> {
   return port
 }
 
-async function start(base: string, batchId: string) {
-  const res = await call(base, 'POST', `/dialer/v1/batches/${batchId}/start`)
-  if (res.status !== 202) throw new Error(`start: ${res.status} ${res.text}`)
-  await waitForOperation(base, res.json.operationId)
-}
-
 const attemptsOf = async (base: string, batchId: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts`)).json.data
 const contactsOf = async (base: string, batchId: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/contacts`)).json.data
 
@@ -129,7 +123,7 @@ for (const store of STORES) {
       })
       const batchId = await createBatch(base)
       await load(base, batchId, { contacts: [contact(1, { customFields: { plan: 'gold', vip: true } })] })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       t.equal((await cycle()).claimed, 1)
 
       t.equal(receiver.deliveries.length, 1)
@@ -167,7 +161,7 @@ for (const store of STORES) {
       })
       const batchId = await createBatch(base)
       await load(base, batchId, { contacts: [contact(2)] })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       await cycle()
       t.equal(receiver.deliveries.length, 3)
       t.same(receiver.deliveries.map(d => d.headers['x-switchboard-delivery']), ['1', '2', '3'])
@@ -184,7 +178,7 @@ for (const store of STORES) {
       receiver.on(() => undefined) // holds every request open
       const batchId = await createBatch(base)
       await load(base, batchId, { contacts: [contact(3)] })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       const started = Date.now()
       await cycle()
       const took = Date.now() - started
@@ -198,7 +192,7 @@ for (const store of STORES) {
       receiver.on((_d, res) => res.writeHead(422).end())
       const batchId = await createBatch(base)
       await load(base, batchId, { contacts: [contact(4)] })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       await cycle()
       t.equal(receiver.deliveries.length, 1)
       t.match((await attemptsOf(base, batchId))[0], { outcome: 'failed', detail: /refused with HTTP 422/ })
@@ -206,7 +200,7 @@ for (const store of STORES) {
       receiver.on((_d, res) => res.writeHead(200).end())
       const silent = await createBatch(base)
       await load(base, silent, { contacts: [contact(5)] })
-      await start(base, silent)
+      await startBatch(base, silent)
       await cycle()
       const [attempt] = await attemptsOf(base, silent)
       t.match(attempt, { outcome: 'failed', detail: /reported no outcome within 2000 ms/ })
@@ -225,7 +219,7 @@ for (const store of STORES) {
       })
       const batchId = await createBatch(base)
       await load(base, batchId, { contacts: [contact(6)] })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       await scheduler.runCycle()
       await accepted
 
@@ -256,7 +250,7 @@ for (const store of STORES) {
       receiver.on((_d, res) => res.writeHead(500).end())
       const batchId = await createBatch(base, { rules: { provider: 'simulated' } })
       await load(base, batchId, { contacts: [contact(7, { customFields: { simulatedOutcomes: 'answered' } })] })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       await cycle()
       t.equal(receiver.deliveries.length, 0)
       t.match((await attemptsOf(base, batchId))[0], { provider: 'simulated', outcome: 'answered' })

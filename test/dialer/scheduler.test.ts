@@ -4,16 +4,11 @@
 // attempts in flight, reschedule and cancel.
 import t from 'tap'
 import { call, KEYS, STORES, startTestService } from '../support/harness.js'
-import { contact, createBatch, load, phone, waitForOperation } from '../support/dialer.js'
-import { ManualClock, Scheduler, schedulerOf } from '../../dialer/scheduler/index.js'
-import { Attempts } from '../../dialer/attempts.js'
-import { BatchLog } from '../../dialer/batch-log.js'
-import { createProviders, type AttemptRequest, type AttemptResult, type Provider } from '../../dialer/providers/index.js'
-import type { Platform } from '../../platform/index.js'
+import { contact, createBatch, extraScheduler, load, phone, startBatch, startDialingService, stopBatch } from '../support/dialer.js'
+import type { AttemptRequest, AttemptResult, Provider } from '../../dialer/providers/index.js'
 import type { Outcome } from '../../dialer/rules.js'
 
 const MIN = 60_000
-const ENV = { DIALER_CYCLE_MS: '0', DIALER_SIM_LATENCY_MS: '0' }
 
 /** A provider whose attempts end when the test says so. */
 class GatedProvider implements Provider {
@@ -27,25 +22,6 @@ class GatedProvider implements Provider {
   }
 }
 
-function extraScheduler(platform: Platform, name: string, provider?: Provider, dialer: Partial<Platform['config']['dialer']> = {}) {
-  const config = { ...platform.config, dialer: { ...platform.config.dialer, ...dialer } }
-  const p = { ...platform, config }
-  const providers = provider ? () => provider : createProviders(config)
-  return new Scheduler(p, { log: new BatchLog(platform.store, platform.clock), attempts: new Attempts(platform.store), providers }, name)
-}
-
-async function start(base: string, batchId: string) {
-  const res = await call(base, 'POST', `/dialer/v1/batches/${batchId}/start`)
-  if (res.status !== 202) throw new Error(`start: ${res.status} ${res.text}`)
-  await waitForOperation(base, res.json.operationId)
-}
-
-async function stop(base: string, batchId: string) {
-  const res = await call(base, 'POST', `/dialer/v1/batches/${batchId}/stop`)
-  if (res.status !== 202) throw new Error(`stop: ${res.status} ${res.text}`)
-  await waitForOperation(base, res.json.operationId)
-}
-
 async function contactsOf(base: string, batchId: string) {
   const res = await call(base, 'GET', `/dialer/v1/batches/${batchId}/contacts?limit=1000`)
   return new Map<string, any>(res.json.data.map((c: any) => [c.identifier, c]))
@@ -55,16 +31,7 @@ const detail = async (base: string, batchId: string, contactId: string) => (awai
 
 for (const store of STORES) {
   t.test(`dialing on the ${store} store`, async t => {
-    // Monday 2036-03-03 09:00Z: ahead of the real date, because the MongoDB test server expires
-    // TTL documents (operations) by its own clock, not ours.
-    const clock = new ManualClock('2036-03-03T09:00:00Z')
-    const { base, service } = await startTestService(t, { store, clock, env: ENV })
-    const scheduler = schedulerOf(service.platform)
-    const cycle = async (s: Scheduler = scheduler) => {
-      const report = await s.runCycle()
-      await s.drain()
-      return report
-    }
+    const { base, service, clock, cycle } = await startDialingService(t, store)
 
     t.test('retries after the delay per outcome, exhausts attempts, completes the batch', async t => {
       const batchId = await createBatch(base, { rules: { maxAttempts: 3, retryDelayMinutes: { busy: 5, no_answer: 30 } } })
@@ -76,7 +43,7 @@ for (const store of STORES) {
         ],
       })
       t.equal((await cycle()).claimed, 0, 'created, not started: nothing dialed')
-      await start(base, batchId)
+      await startBatch(base, batchId)
       const t0 = clock.now()
 
       t.equal((await cycle()).claimed, 3)
@@ -130,7 +97,7 @@ for (const store of STORES) {
     t.test('a batch whose load is still being applied is not completed early', async t => {
       const batchId = await createBatch(base)
       await load(base, batchId, contact(41, { customFields: { simulatedOutcomes: 'answered' } }))
-      await start(base, batchId)
+      await startBatch(base, batchId)
       // Another load of this batch is queued (its chunks not applied yet).
       const ops = service.platform.store.collection('dialer_operations')
       const at = new Date(clock.now())
@@ -155,7 +122,7 @@ for (const store of STORES) {
       const batchId = await createBatch(base, { duplicateStrategy: 'skip', rules: { maxAttempts: 1 } })
       const pinned = { customFields: { simulatedOutcomes: 'no_answer' } }
       await load(base, batchId, { contacts: [contact(61, pinned), contact(62, pinned)] })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       t.equal((await cycle()).claimed, 2)
       let rows = await contactsOf(base, batchId)
       t.match(rows.get('c61'), { state: 'done', attempts: 1 })
@@ -172,7 +139,7 @@ for (const store of STORES) {
       rows = await contactsOf(base, batchId)
       t.match(rows.get('c61'), { state: 'pending', attempts: 1 })
       t.match(rows.get('c62'), { state: 'pending', attempts: 0 })
-      if ((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status === 'completed') await start(base, batchId)
+      if ((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status === 'completed') await startBatch(base, batchId)
       t.equal((await cycle()).claimed, 1, 'only the reset contact is dialed again')
       rows = await contactsOf(base, batchId)
       t.match(rows.get('c61'), { state: 'done', attempts: 1 })
@@ -184,7 +151,7 @@ for (const store of STORES) {
       await load(base, batchId, {
         contacts: [contact(11), contact(12, { addresses: [{ address: phone(12), type: 'phone', priority: 1 }, { address: 'Ana@Example.com', type: 'email', priority: 2 }] })],
       })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       // Blocked after the load, before the cycle.
       t.equal((await call(base, 'POST', '/dialer/v1/blocked-addresses', { body: { addresses: [phone(11), phone(12)], addressType: 'phone' } })).status, 200)
       const contacts = await contactsOf(base, batchId)
@@ -203,7 +170,7 @@ for (const store of STORES) {
       t.match(batch.json.progress.byOutcome, { blocked: 1 })
       await call(base, 'DELETE', '/dialer/v1/blocked-addresses', { body: { addresses: [phone(11), phone(12)], addressType: 'phone' } })
       await cycle()
-      if (batch.json.status === 'running') await stop(base, batchId).catch(() => undefined)
+      if (batch.json.status === 'running') await stopBatch(base, batchId).catch(() => undefined)
     })
 
     t.test('calling windows in the contact\'s zone; why a contact is not being dialed', async t => {
@@ -215,7 +182,7 @@ for (const store of STORES) {
       const contacts = await contactsOf(base, batchId)
       const ny = contacts.get('c22').contactId
       t.match((await detail(base, batchId, ny)).dialability, { dialable: false, reason: 'batch_not_running' })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       t.match((await detail(base, batchId, ny)).dialability, { dialable: false, reason: 'outside_window', nextEligibleAt: '2036-03-03T14:00:00.000Z' })
       t.match((await detail(base, batchId, contacts.get('c21').contactId)).dialability, { dialable: true, reason: null })
 
@@ -236,7 +203,7 @@ for (const store of STORES) {
     t.test('two schedulers racing on one store dial each contact once', async t => {
       const batchId = await createBatch(base, { rules: { maxAttempts: 1 } })
       await load(base, batchId, { contacts: Array.from({ length: 60 }, (_, i) => contact(100 + i)) })
-      await start(base, batchId)
+      await startBatch(base, batchId)
       const a = extraScheduler(service.platform, 'worker-a')
       const b = extraScheduler(service.platform, 'worker-b')
       const [ra, rb] = await Promise.all([a.runCycle(), b.runCycle()])
@@ -252,14 +219,14 @@ for (const store of STORES) {
 
     t.test('pacing per batch and per account; stop lets attempts in flight finish', async t => {
       const gate = new GatedProvider()
-      const s = extraScheduler(service.platform, 'gated', gate, { maxInFlightPerAccount: 3 })
+      const s = extraScheduler(service.platform, 'gated', { provider: gate, dialer: { maxInFlightPerAccount: 3 } })
       const one = await createBatch(base, { rules: { maxInFlight: 2, maxAttempts: 5, retryDelayMinutes: { busy: 1 } } })
       clock.advance(1000) // batches are served oldest first
       const two = await createBatch(base, { rules: { maxAttempts: 5 } })
       await load(base, one, { contacts: [contact(201), contact(202), contact(203)] })
       await load(base, two, { contacts: [contact(204), contact(205), contact(206)] })
-      await start(base, one)
-      await start(base, two)
+      await startBatch(base, one)
+      await startBatch(base, two)
 
       const first = await s.runCycle()
       t.equal(first.claimed, 3, 'the account limit')
@@ -270,8 +237,8 @@ for (const store of STORES) {
       const running = await call(base, 'GET', `/dialer/v1/batches/${one}/attempts`)
       t.same(running.json.data.map((a: any) => a.outcome), [null, null], 'recorded as in flight')
 
-      await stop(base, one)
-      await stop(base, two)
+      await stopBatch(base, one)
+      await stopBatch(base, two)
       const stopping = s.stop()
       gate.releaseAll('busy')
       await stopping
@@ -282,25 +249,25 @@ for (const store of STORES) {
       t.match(progress, { inProgress: 0, pending: 3 })
 
       clock.advance(MIN)
-      const again = extraScheduler(service.platform, 'gated-2', gate)
+      const again = extraScheduler(service.platform, 'gated-2', { provider: gate })
       t.equal((await again.runCycle()).claimed, 0, 'stopped batches are not dialed')
       const c = (await contactsOf(base, one)).get('c203')
       t.match((await detail(base, one, c.contactId)).dialability, { reason: 'batch_not_running' })
-      await start(base, one)
+      await startBatch(base, one)
       t.equal((await again.runCycle()).claimed, 2, 'restarted: dialed again (batch limit 2)')
       gate.releaseAll('answered')
       await again.drain()
       await cycle() // leaves nothing running behind for the next tests
       await cycle()
-      await stop(base, one).catch(() => undefined)
+      await stopBatch(base, one).catch(() => undefined)
     })
 
     t.test('a claim held past DIALER_CLAIM_TIMEOUT_MS (a lost scheduler) is released and dialed again', async t => {
       const gate = new GatedProvider()
-      const lost = extraScheduler(service.platform, 'lost', gate)
+      const lost = extraScheduler(service.platform, 'lost', { provider: gate })
       const batchId = await createBatch(base, { rules: { maxAttempts: 3 } })
       await load(base, batchId, contact(601, { customFields: { simulatedOutcomes: 'answered' } }))
-      await start(base, batchId)
+      await startBatch(base, batchId)
       t.equal((await lost.runCycle()).claimed, 1)
       const id = (await contactsOf(base, batchId)).get('c601').contactId
       t.match(await detail(base, batchId, id), { state: 'in_progress', dialability: { reason: 'in_progress' } })
@@ -347,7 +314,7 @@ for (const store of STORES) {
       t.match(cancelled, { status: 200, json: { state: 'cancelled', dialability: { dialable: false, reason: 'cancelled' } } })
       t.equal((await call(base, 'POST', path(c2, 'cancel'))).status, 200, 'cancelling twice is fine')
 
-      await start(base, batchId)
+      await startBatch(base, batchId)
       t.match((await detail(base, batchId, c1)).dialability, { reason: 'scheduled_later', nextEligibleAt: at })
       const report = await cycle()
       t.equal(report.claimed, 1, 'only c303: c301 is scheduled later, c302 cancelled')
@@ -372,7 +339,7 @@ for (const store of STORES) {
       await cycle()
       await cycle()
       const status = (await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status
-      if (status === 'running') await stop(base, batchId)
+      if (status === 'running') await stopBatch(base, batchId)
     })
 
     t.test('order: contactPriority (lower first, unset last) then nextAttemptAt, or the other way round', async t => {
@@ -388,7 +355,7 @@ for (const store of STORES) {
           ],
         })
         clock.advance(2 * MIN)
-        await start(base, batchId)
+        await startBatch(base, batchId)
         for (let i = 0; i < 4; i++) {
           clock.advance(1000) // distinct startedAt: the attempts list is ordered by it
           t.equal((await cycle()).claimed, 1, 'one at a time (maxInFlight 1)')
@@ -427,7 +394,7 @@ t.test('worker processes run cycles on a timer (DIALER_CYCLE_MS) with the system
   const { base } = await startTestService(t, { env: { DIALER_CYCLE_MS: '20', DIALER_SIM_LATENCY_MS: '5', DIALER_SIM_OUTCOMES: 'answered=1' } })
   const batchId = await createBatch(base)
   await load(base, batchId, { contacts: Array.from({ length: 20 }, (_, i) => contact(700 + i)) })
-  await start(base, batchId)
+  await startBatch(base, batchId)
   const deadline = Date.now() + 15_000
   let batch: any
   while (Date.now() < deadline) {

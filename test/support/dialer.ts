@@ -1,5 +1,11 @@
-// Helpers for dialer tests: create batches, load contacts and wait for the operation.
-import { call, KEYS } from './harness.js'
+// Helpers for dialer tests: create batches, load contacts and wait for the operation; start and
+// stop batches; a service whose scheduling cycles the test runs on a manual clock.
+import { call, KEYS, startTestService, type StoreKind } from './harness.js'
+import { ManualClock, Scheduler, schedulerOf } from '../../dialer/scheduler/index.js'
+import { Attempts } from '../../dialer/attempts.js'
+import { BatchLog } from '../../dialer/batch-log.js'
+import { createProviders, type Provider } from '../../dialer/providers/index.js'
+import type { Platform } from '../../platform/index.js'
 
 export const phone = (n: number) => String(34600000000 + n)
 
@@ -32,4 +38,41 @@ export async function load(base: string, batchId: string, body: unknown, key: st
   const res = await call(base, 'POST', `/dialer/v1/batches/${batchId}/contacts`, { key, body })
   if (res.status !== 202) throw new Error(`load refused: ${res.status} ${res.text}`)
   return waitForOperation(base, res.json.operationId, key)
+}
+
+async function move(base: string, batchId: string, action: 'start' | 'stop', key: string) {
+  const res = await call(base, 'POST', `/dialer/v1/batches/${batchId}/${action}`, { key })
+  if (res.status !== 202) throw new Error(`${action}: ${res.status} ${res.text}`)
+  await waitForOperation(base, res.json.operationId, key)
+}
+
+/** Starts a batch and waits for its lifecycle operation. */
+export const startBatch = (base: string, batchId: string, key: string = KEYS.acme) => move(base, batchId, 'start', key)
+/** Stops a batch and waits for its lifecycle operation. */
+export const stopBatch = (base: string, batchId: string, key: string = KEYS.acme) => move(base, batchId, 'stop', key)
+
+/**
+ * A service whose scheduler runs only when a test calls `cycle()` (one cycle, then its attempts
+ * drained), on a manual clock, with a zero-latency simulated provider.
+ */
+export async function startDialingService(t: Parameters<typeof startTestService>[0], store: StoreKind) {
+  // Monday 2036-03-03 09:00Z: ahead of the real date, because the MongoDB test server expires
+  // TTL documents (operations) by its own clock, not ours.
+  const clock = new ManualClock('2036-03-03T09:00:00Z')
+  const started = await startTestService(t, { store, clock, env: { DIALER_CYCLE_MS: '0', DIALER_SIM_LATENCY_MS: '0' } })
+  const scheduler = schedulerOf(started.service.platform)
+  const cycle = async (s: Scheduler = scheduler) => {
+    const report = await s.runCycle()
+    await s.drain()
+    return report
+  }
+  return { ...started, clock, scheduler, cycle }
+}
+
+/** A second scheduler on the service's store, with its own provider and dialer config overrides. */
+export function extraScheduler(platform: Platform, name: string, options: { provider?: Provider; dialer?: Partial<Platform['config']['dialer']> } = {}) {
+  const config = { ...platform.config, dialer: { ...platform.config.dialer, ...options.dialer } }
+  const provider = options.provider
+  const providers = provider ? () => provider : createProviders(config)
+  return new Scheduler({ ...platform, config }, { log: new BatchLog(platform.store, platform.clock), attempts: new Attempts(platform.store), providers }, name)
 }

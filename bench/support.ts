@@ -1,0 +1,22 @@
+// What every bench does at the end: results.json next to its run.ts, saying when, on what
+// machine and for how long it ran (figures only compare within one machine and run).
+import { cpus } from 'node:os'
+import { writeFileSync } from 'node:fs'
+import { relative } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const REPO_ROOT = fileURLToPath(new URL('..', import.meta.url))
+
+export const machineInfo = () => ({ cpus: cpus().length, cpuModel: cpus()[0]?.model, node: process.version, platform: `${process.platform} ${process.arch}` })
+
+export const secondsSince = (started: number) => Math.round((Date.now() - started) / 1000)
+
+/** The fields a results.json starts with: date, machine, durationSeconds. */
+export const runHeader = (started: number) => ({ date: new Date().toISOString(), machine: machineInfo(), durationSeconds: secondsSince(started) })
+
+/** Writes `results` to results.json beside the bench's run.ts (pass its import.meta.url). */
+export function writeResults(runUrl: string, started: number, results: object) {
+  const file = new URL('./results.json', runUrl)
+  writeFileSync(file, JSON.stringify(results, null, 2) + '\n')
+  console.log(`done in ${secondsSince(started)} s; ${relative(REPO_ROOT, fileURLToPath(file))} written`)
+}
