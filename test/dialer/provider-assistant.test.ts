@@ -124,7 +124,8 @@ t.test('at shutdown an attempt whose session is still open ends as failed', asyn
       return { unsubscribe: () => undefined }
     },
     command: async () => undefined,
-    subscribe: async () => ({ unsubscribe: () => undefined }),
+    subscribe: async () => ({ unsubscribe: () => undefined, position: { seq: 0, epoch: 0 } }),
+    replay: async () => [],
   }
   const provider = new AssistantProvider(() => transport, 'demo')
   const request: AttemptRequest = {
