@@ -166,6 +166,19 @@ function step<E extends SessionEvent = SessionEvent>(fn: (r: Recorder, event: E,
   }) as any
 }
 
+/** The history entry of a tool call, asked for by a reply (`turn`) or injected by a supervisor. */
+function logToolCall(r: Recorder, call: PendingTool, how: { origin: 'turn'; turnId: number } | { origin: 'inject'; userId: string }) {
+  r.log('tool.call', {
+    callId: call.callId,
+    tool: call.tool,
+    args: call.args,
+    external: call.external,
+    correlationId: call.correlationId,
+    deadline: call.deadline,
+    ...how,
+  })
+}
+
 function contextMessages(r: Recorder, input: ContextMessageInput[], userId: string | undefined): ConversationMessage[] {
   return input.map((m, i) => ({
     id: `m${r.seq}.${i}`,
@@ -324,18 +337,7 @@ export const sessionMachine = setup({
         text: e.text,
         toolCalls: e.toolCalls.map(c => ({ callId: c.callId, tool: c.tool })),
       })
-      for (const call of e.toolCalls) {
-        r.log('tool.call', {
-          callId: call.callId,
-          tool: call.tool,
-          args: call.args,
-          external: call.external,
-          correlationId: call.correlationId,
-          deadline: call.deadline,
-          origin: 'turn',
-          turnId: context.turnId,
-        })
-      }
+      for (const call of e.toolCalls) logToolCall(r, call, { origin: 'turn', turnId: context.turnId })
       r.addMessage({
         id: messageId,
         author: 'assistant',
@@ -411,16 +413,7 @@ export const sessionMachine = setup({
     }),
     recordToolInjection: step<Extract<SessionEvent, { type: 'admin.toolinject' }>>((r, e, context) => {
       const call = e.call
-      r.log('tool.call', {
-        callId: call.callId,
-        tool: call.tool,
-        args: call.args,
-        external: call.external,
-        correlationId: call.correlationId,
-        deadline: call.deadline,
-        origin: 'inject',
-        userId: e.userId,
-      })
+      logToolCall(r, call, { origin: 'inject', userId: e.userId })
       if (call.external) {
         r.set({ pendingTools: [...context.pendingTools, { ...call, origin: 'inject', userId: e.userId }] })
       } else {
