@@ -19,7 +19,23 @@ interface BlockedDoc {
 }
 
 const PHONE = /^[0-9]{7,15}$/
-const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
+/** RFC 5321's longest address; checked before anything else looks at the text. */
+const MAX_ADDRESS_LENGTH = 254
+
+/**
+ * local@domain.tld without whitespace: one pass over the text, no regex (the regex it replaces
+ * backtracked quadratically on long dotted input).
+ */
+function isEmail(address: string): boolean {
+  if (address.length > MAX_ADDRESS_LENGTH || /\s/.test(address)) return false
+  const at = address.indexOf('@')
+  if (at <= 0 || address.indexOf('@', at + 1) !== -1) return false
+  const domain = address.slice(at + 1)
+  const dot = domain.indexOf('.', 1)
+  return dot > 0 && dot < domain.length - 1
+}
+
+const isValid = (type: AddressType, address: string) => (type === 'email' ? isEmail(address) : address.length <= 15 && PHONE.test(address))
 
 /** Canonical form, so "Ana@X.com" and "ana@x.com" are one block. */
 export function normalizeAddress(type: AddressType, address: string): string {
@@ -36,16 +52,15 @@ function addressesOf(body: { address?: string; addresses?: string[] }): string[]
 }
 
 function checkFormats(type: AddressType, addresses: string[]) {
-  const pattern = type === 'email' ? EMAIL : PHONE
   const details = addresses
     .map((address, index) => ({ address, index }))
-    .filter(({ address }) => !pattern.test(address))
+    .filter(({ address }) => !isValid(type, address))
     .map(({ address, index }) => ({
       index,
       field: `addresses[${index}]`,
       code: type === 'email' ? 'INVALID_EMAIL_FORMAT' : 'INVALID_PHONE_FORMAT',
       reason: type === 'email' ? 'not an e-mail address' : 'digits only, 7 to 15 characters, country code included, no + sign',
-      meta: { received: address },
+      meta: { received: address.length > 254 ? `${address.slice(0, 254)}…` : address },
     }))
   if (details.length > 0) {
     throw new ApiError(400, 'VALIDATION_FAILED', `${details.length} address(es) are not valid ${type} addresses; nothing was blocked`, { details })

@@ -276,7 +276,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       },
       handle: async ctx => {
         // The signature covers the raw bytes: checked before the body is even parsed.
-        s.outcomes.authenticate(ctx.headers, ctx.body)
+        s.outcomes.authenticate(ctx.headers, ctx.params.attemptId!, ctx.body)
         const input = body<{ outcome: Outcome; detail?: string }>(ctx, 'dialer.attempt.outcome')
         return { status: 200, body: await s.outcomes.report(ctx.params.attemptId!, input.outcome, input.detail ?? null) }
       },

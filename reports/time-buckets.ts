@@ -37,7 +37,7 @@ export interface OffsetSegment {
  */
 export function canonicalZone(name: string): string | null {
   // IANA names only: no "+05:00", "UTC+5" or POSIX TZ strings, even where Intl would take them.
-  if (!/^[A-Za-z][A-Za-z0-9_+\-]*(\/[A-Za-z0-9_+\-]+)*$/.test(name)) return null
+  if (name.length > 64 || !/^[A-Za-z][A-Za-z0-9_+\-]*(\/[A-Za-z0-9_+\-]+)*$/.test(name)) return null
   return IANAZone.isValidZone(name) ? name : null
 }
 

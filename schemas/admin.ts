@@ -1,6 +1,7 @@
 // Request bodies of session administration (spec 4.3).
 import { nonEmptyString } from './common.js'
 import { MESSAGE_MAX_LENGTH } from './channel.js'
+import { CONTEXT_BOUNDS, TOOL_RESULT_BOUNDS, freeFormObject, freeFormValue } from './free-form.js'
 
 const text = { ...nonEmptyString, maxLength: MESSAGE_MAX_LENGTH }
 
@@ -29,7 +30,7 @@ export const adminSchemas = {
       // The whole replacement conversation; [] clears it.
       context: { type: 'array', maxItems: 500, items: contextMessage },
       // Optional replacement of the session arguments (the context variables of the crew).
-      arguments: { type: 'object', maxProperties: 200 },
+      arguments: freeFormObject(CONTEXT_BOUNDS, { maxProperties: 200 }),
     },
   },
   'admin.whisper': { type: 'object', required: ['text'], additionalProperties: false, properties: { text } },
@@ -43,15 +44,17 @@ export const adminSchemas = {
     type: 'object',
     required: ['tool'],
     additionalProperties: false,
-    properties: { tool: nonEmptyString, args: { type: 'object' } },
+    properties: { tool: { ...nonEmptyString, maxLength: 200 }, args: freeFormObject(CONTEXT_BOUNDS) },
   },
   'admin.transfer': {
     type: 'object',
     required: ['target'],
     additionalProperties: false,
-    properties: { target: nonEmptyString, reason: { type: 'string', maxLength: 500 } },
+    properties: { target: { ...nonEmptyString, maxLength: 200 }, reason: { type: 'string', maxLength: 500 } },
   },
   'admin.pause': { type: 'object', additionalProperties: false, properties: { reason: { type: 'string', maxLength: 500 } } },
+  /** The body of PUT .../external/{correlationUUID}: the tool's final result, any JSON value. */
+  'admin.external.result': freeFormValue(TOOL_RESULT_BOUNDS),
   'admin.toolResult': {
     type: 'object',
     required: ['tool', 'callId', 'status'],

@@ -1,5 +1,6 @@
 // Request bodies and event payloads of the assistant channel (spec 4.2, 6).
 import { nonEmptyString } from './common.js'
+import { CONTEXT_BOUNDS, freeFormObject } from './free-form.js'
 
 export const MESSAGE_MAX_LENGTH = 16_000
 
@@ -52,7 +53,7 @@ export const channelSchemas = {
     type: 'object',
     additionalProperties: false,
     properties: {
-      arguments: { type: 'object', maxProperties: 200 },
+      arguments: freeFormObject(CONTEXT_BOUNDS, { maxProperties: 200 }),
       outbound,
     },
     example: { arguments: { name: 'Ana', plan: 'gold' }, outbound: { type: 'static', parameters: { text: 'Hi Ana!', applyModifiers: true } } },

@@ -1,5 +1,5 @@
 // Request bodies of the dialer API (spec 2.1, 2.4, 2.5, 4.1).
-import { nonEmptyString } from './common.js'
+import { nonEmptyString, safeFieldName } from './common.js'
 
 const PHONE_PATTERN = '^[0-9]{7,15}$'
 const PHONE_EXPECTED = 'country code included, digits only, 7 to 15 characters, no + sign'
@@ -17,7 +17,8 @@ const address = {
   required: ['address', 'type', 'priority'],
   additionalProperties: false,
   properties: {
-    address: nonEmptyString,
+    // Bounded before any format check runs on it (254: the longest e-mail address, RFC 5321).
+    address: { ...nonEmptyString, maxLength: 254 },
     type: { type: 'string', enum: ADDRESS_TYPES, 'x-code': 'INVALID_ADDRESS_TYPE' },
     priority: { type: 'integer', minimum: 1, 'x-code': 'INVALID_PRIORITY', 'x-expected': 'an integer >= 1 (1 is the first)' },
   },
@@ -51,6 +52,7 @@ export const contact = {
     addresses: { type: 'array', minItems: 1, maxItems: 20, items: address, 'x-code': 'REQUIRED' },
     scheduledAt: {
       type: 'string',
+      maxLength: 40,
       format: 'date-time',
       pattern: '(Z|z|[+-]00:00)$',
       'x-code': 'INVALID_SCHEDULED_AT',
@@ -60,7 +62,8 @@ export const contact = {
     customFields: {
       type: 'object',
       maxProperties: 100,
-      additionalProperties: { type: ['string', 'number', 'boolean', 'null'] },
+      propertyNames: safeFieldName,
+      additionalProperties: { type: ['string', 'number', 'boolean', 'null'], maxLength: 2000 },
     },
     onDuplicate: { type: 'string', enum: ['recontact'], 'x-code': 'INVALID_ON_DUPLICATE' },
     resetAttempts: { type: 'boolean' },
@@ -88,13 +91,13 @@ export const batchRules = {
         type: 'object',
         required: ['days', 'start', 'end'],
         additionalProperties: false,
-        properties: { days: { type: 'array', minItems: 1, items: weekday }, start: clockTime, end: clockTime },
+        properties: { days: { type: 'array', minItems: 1, maxItems: 7, uniqueItems: true, items: weekday }, start: clockTime, end: clockTime },
       },
     },
-    timeZone: { type: 'string', minLength: 1, 'x-expected': 'an IANA time-zone name' },
+    timeZone: { type: 'string', minLength: 1, maxLength: 64, 'x-expected': 'an IANA time-zone name' },
     blockedDates: { type: 'array', maxItems: 366, items: { type: 'string', format: 'date' } },
     priorityOrder: { type: 'string', enum: ['contactPriority', 'scheduledAt'] },
-    finalOutcomes: { type: 'array', uniqueItems: true, items: { type: 'string', enum: OUTCOMES } },
+    finalOutcomes: { type: 'array', uniqueItems: true, maxItems: OUTCOMES.length, items: { type: 'string', enum: OUTCOMES } },
     provider: { type: 'string', enum: PROVIDERS, 'x-expected': 'simulated, webhook or assistant (assistant: phone and whatsapp batches)' },
     crewId: { type: 'string', minLength: 1, maxLength: 100 },
     outboundText: { type: 'string', minLength: 1, maxLength: 2000 },
@@ -103,24 +106,29 @@ export const batchRules = {
   },
 } as const
 
-const columnList = { type: 'array', minItems: 1, items: nonEmptyString } as const
+const columnName = { ...nonEmptyString, maxLength: 200 } as const
+const columnList = { type: 'array', minItems: 1, maxItems: 50, items: columnName } as const
 
 export const columnMapping = {
   type: 'object',
   required: ['name'],
   additionalProperties: false,
   properties: {
-    identifier: nonEmptyString,
-    name: nonEmptyString,
+    identifier: columnName,
+    name: columnName,
     phone: columnList,
     email: columnList,
     whatsapp: columnList,
-    scheduledAt: nonEmptyString,
-    contactPriority: nonEmptyString,
-    customFields: columnList,
+    scheduledAt: columnName,
+    contactPriority: columnName,
+    // CSV column names become customFields keys.
+    customFields: { type: 'array', minItems: 1, maxItems: 100, items: safeFieldName },
   },
   anyOf: [{ required: ['phone'] }, { required: ['email'] }, { required: ['whatsapp'] }],
 } as const
+
+/** An e-mail address is at most 254 characters (RFC 5321); a phone number 15 digits. */
+const blockedAddress = { ...nonEmptyString, maxLength: 254 } as const
 
 export const dialerSchemas = {
   'dialer.contact': contact,
@@ -144,7 +152,7 @@ export const dialerSchemas = {
         'x-expected': 'skip (keep the existing contact), merge (apply sent fields) or replace (overwrite the contact)',
       },
       rules: batchRules,
-      tempCsvKey: nonEmptyString,
+      tempCsvKey: { ...nonEmptyString, maxLength: 512 },
       columnMapping,
     },
     dependentRequired: { tempCsvKey: ['columnMapping'], columnMapping: ['tempCsvKey'] },
@@ -181,8 +189,8 @@ export const dialerSchemas = {
     required: ['addressType'],
     additionalProperties: false,
     properties: {
-      addresses: { type: 'array', minItems: 1, maxItems: 10000, items: nonEmptyString },
-      address: nonEmptyString,
+      addresses: { type: 'array', minItems: 1, maxItems: 10000, items: blockedAddress },
+      address: blockedAddress,
       addressType: { type: 'string', enum: ADDRESS_TYPES },
       reason: { type: 'string', maxLength: 500 },
     },
@@ -192,8 +200,8 @@ export const dialerSchemas = {
     required: ['addressType'],
     additionalProperties: false,
     properties: {
-      addresses: { type: 'array', minItems: 1, maxItems: 10000, items: nonEmptyString },
-      address: nonEmptyString,
+      addresses: { type: 'array', minItems: 1, maxItems: 10000, items: blockedAddress },
+      address: blockedAddress,
       addressType: { type: 'string', enum: ADDRESS_TYPES },
     },
   },

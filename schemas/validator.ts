@@ -4,6 +4,7 @@
 // the single source for every 400 body that lists problems.
 import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js'
 import addFormats from 'ajv-formats'
+import { exceeds, type FreeFormBounds } from './free-form.js'
 
 export interface ValidationIssue {
   /** Path as clients write it: contacts[0].addresses[1].address */
@@ -34,6 +35,7 @@ const DEFAULT_CODES: Record<string, string> = {
   minProperties: 'REQUIRED',
   maxProperties: 'INVALID_LENGTH',
   uniqueItems: 'DUPLICATE_VALUE',
+  'x-bounds': 'VALUE_TOO_LARGE',
 }
 
 // Wrapper keywords whose inner errors already say what is wrong.
@@ -70,8 +72,19 @@ function issueOf(error: ErrorObject, data: unknown, prefix: string): ValidationI
     field,
     code,
     reason: expected ? `${field} ${error.message}; expected ${expected}` : `${field} ${error.message}`,
-    meta: { received: error.data ?? valueAt(data, error.instancePath), ...(expected ? { expected } : {}) },
+    meta: { ...receivedPreview(error.data ?? valueAt(data, error.instancePath)), ...(expected ? { expected } : {}) },
   }
+}
+
+/**
+ * What the client sent, as echoed in an error: small values as they are, long strings cut, and
+ * large trees left out, so an error body (and the idempotency record that may keep it) stays
+ * small whatever was sent.
+ */
+function receivedPreview(value: unknown): { received?: unknown } {
+  if (typeof value === 'string') return { received: value.length > 200 ? `${value.slice(0, 200)}…` : value }
+  if (value === null || typeof value !== 'object') return { received: value }
+  return exceeds(value, { depth: 3, nodes: 20, bytes: 300 }) ? {} : { received: value }
 }
 
 function defaultExpected(error: ErrorObject): string | undefined {
@@ -94,6 +107,14 @@ function valueAt(data: unknown, pointer: string): unknown {
   return value
 }
 
+function checkBounds(bounds: FreeFormBounds, data: unknown): boolean {
+  const why = exceeds(data, bounds)
+  if (!why) return true
+  checkBounds.errors = [{ keyword: 'x-bounds', message: why, params: { bounds } }]
+  return false
+}
+checkBounds.errors = undefined as Partial<ErrorObject>[] | undefined
+
 export class SchemaRegistry {
   private readonly ajv = new Ajv2020({ allErrors: true, verbose: true, strict: true, strictRequired: false, allowUnionTypes: true })
   private readonly compiled = new Map<string, ValidateFunction>()
@@ -102,6 +123,7 @@ export class SchemaRegistry {
   constructor(groups: Record<string, JsonSchema>[]) {
     addFormats.default(this.ajv)
     this.ajv.addVocabulary(['x-code', 'x-expected', 'example', 'x-role'])
+    this.ajv.addKeyword({ keyword: 'x-bounds', schemaType: 'object', validate: checkBounds, errors: true })
     for (const group of groups) for (const [id, schema] of Object.entries(group)) this.all.set(id, schema)
     for (const [id, schema] of this.all) this.ajv.addSchema({ ...schema, $id: id })
     for (const id of this.all.keys()) this.compiled.set(id, this.ajv.getSchema(id)!)

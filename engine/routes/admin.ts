@@ -141,13 +141,13 @@ export function adminRoutes(transport: SessionTransport): Route[] {
       tag,
       summary: 'Deliver the final result of an externally run tool; the waiting tool call completes',
       requiredHeaders: ['UserId'],
+      requestSchema: 'admin.external.result',
       responses: { '200': { description: 'Delivered (empty body)' }, ...errors, '404': { description: 'SESSION_NOT_FOUND or CORRELATION_NOT_FOUND' }, '409': { description: 'CORRELATION_ALREADY_RESOLVED' } },
       async handle(ctx) {
         const userId = userIdOf(ctx)
         const t = target(ctx)
         const correlationId = uuidParam(ctx, 'correlationUUID', 'INVALID_CORRELATION_ID')
-        const result = ctx.json()
-        if (result === undefined) throw new ApiError(400, 'VALIDATION_FAILED', 'The body must be the JSON result of the tool', { details: [{ field: '(body)', code: 'REQUIRED', reason: 'The tool result is required' }] })
+        const result = body<unknown>(ctx, 'admin.external.result')
         await transport.command(t, { type: 'external.resolve', userId, correlationId, result })
         return { status: 200 }
       },

@@ -20,6 +20,7 @@ import {
   type UpdateResult,
 } from './types.js'
 import { type Clock, systemClock } from '../clock.js'
+import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 
 const emptyBulk = (): BulkResult => ({
   insertedCount: 0,
@@ -470,6 +471,7 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
   }
 
   async insertOne(doc: T) {
+    assertSafeDocument(doc)
     this.insert(doc)
   }
 
@@ -530,6 +532,7 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
   }
 
   async updateOne(filter: Filter, update: Update, options: { upsert?: boolean } = {}): Promise<UpdateResult> {
+    assertSafeUpdate(update)
     return this.updateOneSync(filter, update, options)
   }
 
@@ -541,6 +544,7 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
   }
 
   async updateMany(filter: Filter, update: Update): Promise<UpdateResult> {
+    assertSafeUpdate(update)
     return this.updateManySync(filter, update)
   }
 
@@ -556,6 +560,7 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
     update: Update,
     options: { upsert?: boolean; returnDocument?: 'before' | 'after'; sort?: Sort } = {},
   ) {
+    assertSafeUpdate(update)
     const [before] = this.matching(filter, { limit: 1, sort: options.sort })
     const result = this.updateOneSync(filter, update, options)
     const id = before?._id ?? result.upsertedId
@@ -578,6 +583,7 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
   }
 
   async bulkWrite(ops: BulkOp[], options: { ordered?: boolean } = {}): Promise<BulkResult> {
+    assertSafeBulk(ops)
     const ordered = options.ordered ?? true
     const result = emptyBulk()
     for (const [index, op] of ops.entries()) {

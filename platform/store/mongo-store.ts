@@ -13,6 +13,7 @@ import {
   type Collection as DriverCollection,
   type Db,
 } from 'mongodb'
+import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 import {
   type BulkOp,
   type BulkResult,
@@ -58,6 +59,7 @@ class MongoCollection<T extends Doc> implements Collection<T> {
 
   insertOne(doc: T) {
     return this.run(async () => {
+      assertSafeDocument(doc)
       await this.inner.insertOne(doc)
     })
   }
@@ -80,6 +82,7 @@ class MongoCollection<T extends Doc> implements Collection<T> {
 
   updateOne(filter: Filter, update: Update, options: { upsert?: boolean } = {}) {
     return this.run(async () => {
+      assertSafeUpdate(update)
       const r = await this.inner.updateOne(filter, update, options)
       return { matchedCount: r.matchedCount, modifiedCount: r.modifiedCount, upsertedId: (r.upsertedId as any) ?? null }
     })
@@ -87,6 +90,7 @@ class MongoCollection<T extends Doc> implements Collection<T> {
 
   updateMany(filter: Filter, update: Update) {
     return this.run(async () => {
+      assertSafeUpdate(update)
       const r = await this.inner.updateMany(filter, update)
       return { matchedCount: r.matchedCount, modifiedCount: r.modifiedCount, upsertedId: null }
     })
@@ -97,15 +101,15 @@ class MongoCollection<T extends Doc> implements Collection<T> {
     update: Update,
     options: { upsert?: boolean; returnDocument?: 'before' | 'after'; sort?: Sort } = {},
   ) {
-    return this.run(
-      () =>
-        this.inner.findOneAndUpdate(filter, update, {
-          upsert: options.upsert,
-          sort: options.sort,
-          returnDocument: options.returnDocument ?? 'after',
-          includeResultMetadata: false,
-        }) as Promise<T | null>,
-    )
+    return this.run(async () => {
+      assertSafeUpdate(update)
+      return (await this.inner.findOneAndUpdate(filter, update, {
+        upsert: options.upsert,
+        sort: options.sort,
+        returnDocument: options.returnDocument ?? 'after',
+        includeResultMetadata: false,
+      })) as T | null
+    })
   }
 
   deleteOne(filter: Filter) {
@@ -117,6 +121,7 @@ class MongoCollection<T extends Doc> implements Collection<T> {
   }
 
   async bulkWrite(ops: BulkOp[], options: { ordered?: boolean } = {}): Promise<BulkResult> {
+    assertSafeBulk(ops)
     if (ops.length === 0) {
       return { insertedCount: 0, matchedCount: 0, modifiedCount: 0, upsertedCount: 0, deletedCount: 0, duplicateKeyIndexes: [] }
     }

@@ -33,7 +33,7 @@ async function startReceiver(t: { teardown(fn: () => unknown): void }) {
     req.on('end', () => {
       const raw = Buffer.concat(chunks).toString('utf8')
       const timestamp = String(req.headers['x-switchboard-timestamp'])
-      const signatureOk = req.headers['x-switchboard-signature'] === signWebhook(SECRET, timestamp, raw)
+      const signatureOk = req.headers['x-switchboard-signature'] === signWebhook(SECRET, timestamp, JSON.parse(raw).attemptId, raw)
       const delivery = { headers: req.headers, raw, body: JSON.parse(raw), signatureOk }
       deliveries.push(delivery)
       handler(delivery, res)
@@ -57,8 +57,10 @@ async function startReceiver(t: { teardown(fn: () => unknown): void }) {
   }
 }
 
-/** Posts an outcome to a callback URL the way a receiver does: signed over "<timestamp>.<body>". */
-async function report(callbackUrl: string, body: unknown, options: { secret?: string; timestamp?: number; headers?: Record<string, string> } = {}) {
+const attemptOf = (callbackUrl: string) => /attempts\/([^/]+)\/outcome/.exec(callbackUrl)![1]!
+
+/** Posts an outcome to a callback URL the way a receiver does: signed over "<timestamp>.<attempt id>.<body>". */
+async function report(callbackUrl: string, body: unknown, options: { secret?: string; timestamp?: number; headers?: Record<string, string>; signedFor?: string } = {}) {
   const raw = JSON.stringify(body)
   const timestamp = String(options.timestamp ?? Math.floor(Date.now() / 1000))
   const res = await fetch(callbackUrl, {
@@ -66,7 +68,7 @@ async function report(callbackUrl: string, body: unknown, options: { secret?: st
     headers: {
       'content-type': 'application/json',
       'x-switchboard-timestamp': timestamp,
-      'x-switchboard-signature': signWebhook(options.secret ?? SECRET, timestamp, raw),
+      'x-switchboard-signature': signWebhook(options.secret ?? SECRET, timestamp, options.signedFor ?? attemptOf(callbackUrl), raw),
       ...options.headers,
     },
     body: raw,
@@ -227,7 +229,7 @@ for (const store of STORES) {
       t.match(wrongSecret, { status: 401, json: { code: 'INVALID_SIGNATURE', message: /does not match/ } })
       const tampered = await fetch(callbackUrl, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-switchboard-timestamp': '1', 'x-switchboard-signature': signWebhook(SECRET, '1', '{"outcome":"answered"}') },
+        headers: { 'content-type': 'application/json', 'x-switchboard-timestamp': '1', 'x-switchboard-signature': signWebhook(SECRET, '1', attemptOf(callbackUrl), '{"outcome":"answered"}') },
         body: '{"outcome":"answered"}',
       })
       t.equal(tampered.status, 401, 'a stale timestamp (replay) is refused')
@@ -235,7 +237,10 @@ for (const store of STORES) {
       t.match(bare, { status: 401, json: { code: 'INVALID_SIGNATURE' } }, 'an apikey is no substitute')
       const badBody = await report(callbackUrl, { outcome: 'hung_up' })
       t.equal(badBody.status, 400)
-      const unknown = await report(callbackUrl.replace(/attempts\/[^/]+/, 'attempts/00000000-0000-4000-8000-000000000000'), { outcome: 'answered' })
+      const otherAttempt = callbackUrl.replace(/attempts\/[^/]+/, 'attempts/00000000-0000-4000-8000-000000000000')
+      const replayed = await report(otherAttempt, { outcome: 'answered' }, { signedFor: attemptOf(callbackUrl) })
+      t.match(replayed, { status: 401, json: { code: 'INVALID_SIGNATURE' } }, "a report signed for one attempt is refused on another (another account's included)")
+      const unknown = await report(otherAttempt, { outcome: 'answered' })
       t.match(unknown, { status: 404, json: { code: 'ATTEMPT_NOT_FOUND' } })
       t.equal((await attemptsOf(base, batchId))[0].outcome, null, 'still in flight after the refused reports')
 

@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto'
 import { MemoryStore } from '../../platform/store/memory-store.js'
 import { MongoStore } from '../../platform/store/mongo-store.js'
 import { type Doc, DuplicateKeyError, type Store } from '../../platform/store/types.js'
+import { UnsafeUpdatePathError } from '../../platform/store/update-paths.js'
 import { startMongoTestServer, type MongoTestServer } from '../support/mongo-server.js'
 import { bucketKey, bucketKeyExpression, HOUR, offsetSegments } from '../../reports/time-buckets.js'
 
@@ -604,6 +605,24 @@ for (const kind of ['memory', 'mongo'] as const) {
       }
       const sortBins = <T extends { _id: { k: number; b: number } }>(rows: T[]) => [...rows].sort((a, b) => a._id.k - b._id.k || a._id.b - b._id.b)
       t.same(sortBins(bins), sortBins([...expectedBins.values()]), 'histogram bins by (day, bin)')
+    })
+
+    t.test('update paths and document keys that reach a prototype are refused before anything is written', async t => {
+      const [c] = fresh('unsafe')
+      await c.insertOne({ _id: 'a', customFields: {} })
+      const paths = ['customFields.__proto__.polluted', '__proto__.polluted', 'customFields.constructor.prototype.polluted', 'customFields..x']
+      for (const path of paths) {
+        t.ok((await failure(c.updateOne({ _id: 'a' }, { $set: { [path]: 1 } }))) instanceof UnsafeUpdatePathError, `$set ${path}`)
+        t.ok((await failure(c.updateMany({}, { $inc: { [path]: 1 } }))) instanceof UnsafeUpdatePathError, `$inc ${path}`)
+        t.ok((await failure(c.findOneAndUpdate({ _id: 'a' }, { $set: { [path]: 1 } }))) instanceof UnsafeUpdatePathError, `findOneAndUpdate ${path}`)
+      }
+      const bulk = await failure(c.bulkWrite([{ insertOne: { document: { _id: 'b' } } }, { updateOne: { filter: { _id: 'a' }, update: { $set: { 'x.__proto__.y': 1 } } } }]))
+      t.ok(bulk instanceof UnsafeUpdatePathError, 'a bulk with one unsafe update')
+      t.equal(await c.findOne({ _id: 'b' }), null, 'and nothing of that bulk was written')
+      const doc = JSON.parse('{"_id":"c","customFields":{"__proto__":{"polluted":1}}}')
+      t.ok((await failure(c.insertOne(doc))) instanceof UnsafeUpdatePathError, 'a document with a __proto__ key')
+      t.equal(({} as any).polluted, undefined, 'Object.prototype untouched')
+      t.same(await c.findOne({ _id: 'a' }), { _id: 'a', customFields: {} })
     })
 
     t.test('TTL: expiresAt in the past disappears, a future one stays', async t => {
