@@ -9,6 +9,7 @@ export const COLLECTIONS = {
   blocked: 'dialer_blocked_addresses',
   logs: 'dialer_batch_logs',
   idempotency: 'dialer_idempotency_keys',
+  idempotencyUsage: 'dialer_idempotency_usage',
   uploads: 'dialer_uploads',
   importErrors: 'dialer_import_errors',
   attempts: 'dialer_attempts',
@@ -46,6 +47,10 @@ export const INDEXES: Record<string, IndexSpec[]> = {
 }
 
 export const IDEMPOTENCY_INDEXES: IndexSpec[] = [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }]
+export const IDEMPOTENCY_USAGE_INDEXES: IndexSpec[] = [
+  { name: 'account_hour', key: { accountId: 1, hour: 1 }, partitionFields: 1 },
+  { name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 },
+]
 
 export type ContactState = 'pending' | 'in_progress' | 'done' | 'cancelled'
 export const ACTIVE_CONTACT_STATES: ContactState[] = ['pending', 'in_progress']

@@ -38,7 +38,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
   const lifecycle = new BatchLifecycle(platform, batches, operations, log)
   const imports = new CsvImports(platform, new FileBlobStore(platform.config.dataDir), batches, operations, loads)
   const blocked = new BlockedAddresses(store, clock)
-  const idempotency = new Idempotency(options.idempotencyStore, clock, platform.logger)
+  const idempotency = new Idempotency(options.idempotencyStore, clock, platform.logger, platform.config.dialer.idempotency)
   const queueWorkers = new QueueWorkers([loads.worker, lifecycle.worker, imports.worker])
   const attempts = new Attempts(store)
   const webhookReports = store.collection<WebhookReportDoc>(WEBHOOK_REPORTS)

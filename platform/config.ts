@@ -58,6 +58,10 @@ export interface Config {
     }
     /** The assistant provider: crew of batches without rules.crewId. */
     assistant: { crewId: string }
+    /** Idempotency records: a 4xx body larger than this is not kept (the key is released); new keys per account per 24 h. */
+    idempotency: { maxStoredResponseBytes: number; maxKeysPerAccount: number }
+    /** Signed CSV upload URLs an account may hold unexpired at once. */
+    maxOpenUploadsPerAccount: number
   }
   channel: {
     heartbeatMs: number
@@ -192,6 +196,11 @@ export function loadConfig(env: Env = process.env): Config {
         pollMs: int(env, 'DIALER_WEBHOOK_POLL_MS', 1000, 10),
       },
       assistant: { crewId: env.DIALER_ASSISTANT_CREW || 'demo' },
+      idempotency: {
+        maxStoredResponseBytes: int(env, 'IDEMPOTENCY_MAX_STORED_RESPONSE_BYTES', 16 * 1024, 256),
+        maxKeysPerAccount: int(env, 'IDEMPOTENCY_MAX_KEYS_PER_ACCOUNT', 100_000, 1),
+      },
+      maxOpenUploadsPerAccount: int(env, 'DIALER_MAX_OPEN_UPLOADS_PER_ACCOUNT', 20, 1),
     },
     channel: {
       heartbeatMs: int(env, 'SSE_HEARTBEAT_MS', 30_000, 10),
