@@ -35,7 +35,10 @@ export const INDEXES: Record<string, IndexSpec[]> = {
     { name: 'account_created', key: { accountId: 1, createdAt: -1 } },
   ],
   [COLLECTIONS.logs]: [{ name: 'batch_created', key: { batchId: 1, createdAt: -1 } }],
-  [COLLECTIONS.uploads]: [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }],
+  [COLLECTIONS.uploads]: [
+    { name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 },
+    { name: 'account_held', key: { accountId: 1, state: 1, expiresAt: 1 }, partitionFields: 1 },
+  ],
   [COLLECTIONS.importErrors]: [{ name: 'batch_row', key: { batchId: 1, row: 1 } }],
   [COLLECTIONS.attempts]: [
     { name: 'batch_started', key: { batchId: 1, startedAt: -1 } },

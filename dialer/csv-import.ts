@@ -23,6 +23,8 @@ const URL_TTL_MS = 60 * 60 * 1000
 /** An uploaded file may be turned into a batch for this long after the upload URL was issued. */
 const UPLOAD_RETENTION_MS = 24 * 60 * 60 * 1000
 const MAX_STORED_ROW_ERRORS = 10_000
+/** Files looked at per sweep tick: the sweep never walks a large upload folder in one go. */
+const SWEEP_BATCH = 200
 
 export interface ColumnMapping {
   identifier?: string
@@ -108,6 +110,20 @@ export class CsvImports {
 
   async createUploadUrl(principal: Principal, fileName: string, host: string | undefined) {
     const now = this.platform.clock.now()
+    // Files an account holds that no batch has taken yet: unexpired URLs and uploaded files.
+    const limit = this.platform.config.dialer.maxOpenUploadsPerAccount
+    const held = (
+      await this.uploads.find(
+        { accountId: principal.accountId, state: { $in: ['awaiting', 'uploaded'] }, expiresAt: { $gt: new Date(now) } },
+        { projection: { state: 1, urlExpiresAt: 1, expiresAt: 1 } },
+      )
+    ).filter(u => u.state === 'uploaded' || u.urlExpiresAt.getTime() > now)
+    if (held.length >= limit) {
+      const frees = Math.min(...held.map(u => (u.state === 'awaiting' ? u.urlExpiresAt : u.expiresAt).getTime()))
+      throw new ApiError(429, 'UPLOAD_LIMIT_EXCEEDED', `This account holds ${held.length} upload URLs or files no batch has imported (limit ${limit}); import or let them expire`, {}, {
+        'Retry-After': String(Math.max(1, Math.ceil((frees - now) / 1000))),
+      })
+    }
     const tempCsvKey = `csv_${newId().replace(/-/g, '')}`
     const urlExpiresAt = now + URL_TTL_MS
     const expires = Math.floor(urlExpiresAt / 1000)
@@ -247,6 +263,31 @@ export class CsvImports {
     await this.batches.update(batchId, { importErrorCount: errorCount })
     await this.operations.seal(operationId, chunkIndex, rows)
     await this.loads.tryFinish(operationId)
+    // Every row is in the load's chunks now: the file is no longer needed.
+    await this.blobs.remove(tempCsvKey)
+  }
+
+  /**
+   * Removes uploaded files nobody can import any more: their upload record expired (retention)
+   * or was consumed and the import finished or gave up. Looks at SWEEP_BATCH files per call.
+   * Returns how many files it removed.
+   */
+  async sweepFiles(): Promise<number> {
+    const now = this.platform.clock.now()
+    let removed = 0
+    for (const { key, modifiedAt } of await this.blobs.list(SWEEP_BATCH)) {
+      const upload = await this.uploads.findOne({ _id: key })
+      const expired = !upload || upload.expiresAt.getTime() <= now
+      // A consumed upload's import reads the file; it removes the file itself when done. One that
+      // still lingers after the retention gave up (its redeliveries ran out).
+      const abandoned = upload?.state === 'consumed' && now - modifiedAt > UPLOAD_RETENTION_MS
+      if (expired || abandoned) {
+        await this.blobs.remove(key)
+        if (upload) await this.uploads.deleteOne({ _id: key })
+        removed++
+      }
+    }
+    return removed
   }
 
   async listRowErrors(batchId: string, limit: number, offset: number) {

@@ -30,6 +30,7 @@ export interface DialerOptions {
 }
 
 export function createDialer(platform: Platform, options: DialerOptions): ServiceModule {
+  let uploadSweep: NodeJS.Timeout | undefined
   const { store, clock } = platform
   const batches = new Batches(store, clock)
   const operations = new Operations(store, clock)
@@ -59,9 +60,14 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
       if (options.workers !== false) {
         queueWorkers.start()
         scheduler.start(platform.config.dialer.cycleMs)
+        uploadSweep = setInterval(() => {
+          imports.sweepFiles().catch(error => platform.logger.warn('upload sweep failed', { error }))
+        }, platform.config.dialer.uploadSweepMs)
+        uploadSweep.unref()
       }
     },
     async stop() {
+      if (uploadSweep) clearInterval(uploadSweep)
       // Attempts waiting on a webhook report or an assistant session end now (as failed).
       providers.close()
       await scheduler.stop()

@@ -1,7 +1,7 @@
 // Uploaded files (CSV imports). Files go to DATA_DIR/uploads; several processes of a
 // scale-out deployment must share that directory (a volume), see docs/deploy.md.
 import { createReadStream, createWriteStream } from 'node:fs'
-import { mkdir, rename, rm, stat } from 'node:fs/promises'
+import { mkdir, opendir, rename, rm, stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import { Readable } from 'node:stream'
@@ -12,6 +12,8 @@ export interface BlobStore {
   read(key: string): Readable
   size(key: string): Promise<number | null>
   remove(key: string): Promise<void>
+  /** Up to `limit` stored keys with their last write time (partial writes included). */
+  list(limit: number): Promise<Array<{ key: string; modifiedAt: number }>>
 }
 
 const SAFE_KEY = /^[A-Za-z0-9_-]{1,100}$/
@@ -55,5 +57,24 @@ export class FileBlobStore implements BlobStore {
 
   async remove(key: string) {
     await rm(this.path(key), { force: true })
+    await rm(`${this.path(key)}.partial`, { force: true })
+  }
+
+  async list(limit: number) {
+    const found: Array<{ key: string; modifiedAt: number }> = []
+    let dir
+    try {
+      dir = await opendir(this.dir)
+    } catch {
+      return found // nothing uploaded yet
+    }
+    for await (const entry of dir) {
+      const key = entry.name.replace(/\.partial$/, '')
+      if (!entry.isFile() || !SAFE_KEY.test(key)) continue
+      const info = await stat(join(this.dir, entry.name)).catch(() => null)
+      if (info) found.push({ key, modifiedAt: info.mtimeMs })
+      if (found.length >= limit) break
+    }
+    return found
   }
 }

@@ -60,8 +60,10 @@ export interface Config {
     assistant: { crewId: string }
     /** Idempotency records: a 4xx body larger than this is not kept (the key is released); new keys per account per 24 h. */
     idempotency: { maxStoredResponseBytes: number; maxKeysPerAccount: number }
-    /** Signed CSV upload URLs an account may hold unexpired at once. */
+    /** Upload URLs and uploaded files not yet imported that an account may hold at once. */
     maxOpenUploadsPerAccount: number
+    /** How often worker processes remove upload files nobody can import any more. */
+    uploadSweepMs: number
   }
   channel: {
     heartbeatMs: number
@@ -201,6 +203,7 @@ export function loadConfig(env: Env = process.env): Config {
         maxKeysPerAccount: int(env, 'IDEMPOTENCY_MAX_KEYS_PER_ACCOUNT', 100_000, 1),
       },
       maxOpenUploadsPerAccount: int(env, 'DIALER_MAX_OPEN_UPLOADS_PER_ACCOUNT', 20, 1),
+      uploadSweepMs: int(env, 'DIALER_UPLOAD_SWEEP_MS', 10 * 60_000, 10),
     },
     channel: {
       heartbeatMs: int(env, 'SSE_HEARTBEAT_MS', 30_000, 10),
