@@ -10,6 +10,12 @@ export interface RequestHead {
   query: URLSearchParams
   headers: Record<string, string>
   params: Record<string, string>
+  /** The client's address (the peer, or the forwarded client when the peer is a trusted proxy). */
+  remoteAddress: string
+  /** Set when the head cannot be served (bad percent-encoding, ambiguous framing): answered before auth. */
+  problem?: ApiError
+  /** The connection cannot be trusted to carry another request (ambiguous body framing). */
+  closeConnection?: boolean
 }
 
 export function paramNames(pattern: string): string[] {
@@ -19,22 +25,72 @@ export function paramNames(pattern: string): string[] {
     .map(segment => segment.slice(1))
 }
 
-export function readHead(req: HttpRequest, names: string[]): RequestHead {
+export const invalidUrlEncoding = (where: string) =>
+  new ApiError(400, 'INVALID_URL_ENCODING', `The request ${where} contains a malformed percent-encoding (e.g. %E0%A4%A or %zz)`)
+
+/** decodeURIComponent without the throw: undefined when the text is not valid percent-encoded UTF-8. */
+export function tryDecode(text: string): string | undefined {
+  if (!text.includes('%')) return text
+  try {
+    return decodeURIComponent(text)
+  } catch {
+    return undefined
+  }
+}
+
+const decoder = new TextDecoder()
+
+/**
+ * Copies everything the request needs off uWS's stack-allocated `req` (and the peer address off
+ * `res`). Never throws on client input: what cannot be served is reported in `problem`.
+ */
+export function readHead(req: HttpRequest, res: HttpResponse, names: string[], trustedProxies: ReadonlySet<string> = NO_PROXIES): RequestHead {
   const headers: Record<string, string> = {}
+  let problem: ApiError | undefined
+  let closeConnection = false
   req.forEach((key, value) => {
-    headers[key] = value
+    const previous = headers[key]
+    // uWS frames the body by the first Content-Length; a second, different one is a smuggling
+    // attempt or a broken client (RFC 9112 6.3): refuse it and close the connection.
+    if (key === 'content-length' && previous !== undefined && previous !== value) {
+      problem = new ApiError(400, 'INVALID_HEADER', 'Conflicting Content-Length headers')
+      closeConnection = true
+      return
+    }
+    if (previous === undefined) headers[key] = value
   })
+  const url = req.getUrl()
+  const rawQuery = req.getQuery() ?? ''
   const params: Record<string, string> = {}
   names.forEach((name, index) => {
-    params[name] = decodeURIComponent(req.getParameter(index))
+    const raw = req.getParameter(index)
+    const decoded = tryDecode(raw)
+    if (decoded === undefined) problem ??= invalidUrlEncoding('path')
+    params[name] = decoded ?? raw
   })
+  if (!problem && tryDecode(url) === undefined) problem = invalidUrlEncoding('path')
+  // URLSearchParams silently turns a bad escape into U+FFFD; a client that sent one gets told.
+  if (!problem && tryDecode(rawQuery.replace(/\+/g, ' ')) === undefined) problem = invalidUrlEncoding('query string')
   return {
     method: req.getMethod(),
-    url: req.getUrl(),
-    query: new URLSearchParams(req.getQuery() ?? ''),
+    url,
+    query: new URLSearchParams(rawQuery),
     headers,
     params,
+    remoteAddress: clientAddress(res, headers, trustedProxies),
+    ...(problem ? { problem, closeConnection } : {}),
   }
+}
+
+const NO_PROXIES: ReadonlySet<string> = new Set()
+
+/** The peer's address; behind a trusted proxy, the nearest X-Forwarded-For hop that is not one. */
+function clientAddress(res: HttpResponse, headers: Record<string, string>, trustedProxies: ReadonlySet<string>): string {
+  const peer = decoder.decode(res.getRemoteAddressAsText())
+  if (!trustedProxies.has(peer) || !headers['x-forwarded-for']) return peer
+  const hops = headers['x-forwarded-for'].split(',').map(h => h.trim()).filter(Boolean)
+  for (let i = hops.length - 1; i >= 0; i--) if (!trustedProxies.has(hops[i]!)) return hops[i]!.slice(0, 64)
+  return peer
 }
 
 const hasBody = (head: RequestHead) =>
@@ -54,14 +110,20 @@ export function readBody(res: HttpResponse, head: RequestHead, limit: number): P
     let failed = false
     res.onData((chunk, isLast) => {
       if (failed) return
-      size += chunk.byteLength
-      if (size > limit) {
+      // A throw here would surface in uWS's native callback as an uncaught exception.
+      try {
+        size += chunk.byteLength
+        if (size > limit) {
+          failed = true
+          reject(bodyTooLarge(limit))
+          return
+        }
+        chunks.push(Buffer.from(chunk.slice(0)))
+        if (isLast) resolve(Buffer.concat(chunks, size))
+      } catch (error) {
         failed = true
-        reject(bodyTooLarge(limit))
-        return
+        reject(error)
       }
-      chunks.push(Buffer.from(chunk.slice(0)))
-      if (isLast) resolve(Buffer.concat(chunks, size))
     })
   })
 }
@@ -82,15 +144,20 @@ export class BodyStream implements AsyncIterable<Buffer> {
     this.done = !hasBody(head)
     if (this.done) return
     res.onData((chunk, isLast) => {
-      this.size += chunk.byteLength
-      if (this.size > limit) {
-        this.error = bodyTooLarge(limit)
-      } else {
-        this.queue.push(Buffer.from(chunk.slice(0)))
-        if (this.queue.length >= 16 && !this.paused) {
-          this.paused = true
-          res.pause()
+      // A throw here would surface in uWS's native callback as an uncaught exception.
+      try {
+        this.size += chunk.byteLength
+        if (this.size > limit) {
+          this.error = bodyTooLarge(limit)
+        } else if (!this.error) {
+          this.queue.push(Buffer.from(chunk.slice(0)))
+          if (this.queue.length >= 16 && !this.paused) {
+            this.paused = true
+            res.pause()
+          }
         }
+      } catch (error) {
+        this.error = error as Error
       }
       if (isLast) this.done = true
       this.wake?.()
@@ -113,5 +180,48 @@ export class BodyStream implements AsyncIterable<Buffer> {
       await new Promise<void>(resolve => (this.wake = resolve))
       this.wake = undefined
     }
+  }
+}
+
+const OPEN_BRACE = 0x7b
+const OPEN_BRACKET = 0x5b
+const CLOSE_BRACE = 0x7d
+const CLOSE_BRACKET = 0x5d
+const QUOTE = 0x22
+const BACKSLASH = 0x5c
+
+/**
+ * True when the JSON text nests objects/arrays deeper than `max`. One linear pass over the bytes
+ * (no recursion), so it is safe on any input; JSON.parse and everything after it (schema
+ * validation, serialization, persistence) recurse and overflow the stack on deep enough values.
+ * Brackets inside strings do not count; UTF-8 continuation bytes never equal these ASCII bytes.
+ */
+export function jsonDeeperThan(bytes: Uint8Array, max: number): boolean {
+  let depth = 0
+  let inString = false
+  for (let i = 0; i < bytes.length; i++) {
+    const byte = bytes[i]
+    if (inString) {
+      if (byte === BACKSLASH) i++
+      else if (byte === QUOTE) inString = false
+    } else if (byte === QUOTE) inString = true
+    else if (byte === OPEN_BRACE || byte === OPEN_BRACKET) {
+      if (++depth > max) return true
+    } else if (byte === CLOSE_BRACE || byte === CLOSE_BRACKET) depth--
+  }
+  return false
+}
+
+export const jsonTooDeep = (max: number) =>
+  new ApiError(400, 'JSON_TOO_DEEP', `The request body nests objects and arrays deeper than ${max} levels`, { maxDepth: max })
+
+/** Parses a JSON body: empty is undefined; too deep, malformed or unparseable is a 400. */
+export function parseJsonBody(body: Buffer, maxDepth: number): unknown {
+  if (body.length === 0) return undefined
+  if (jsonDeeperThan(body, maxDepth)) throw jsonTooDeep(maxDepth)
+  try {
+    return JSON.parse(body.toString('utf8'))
+  } catch {
+    throw new ApiError(400, 'INVALID_JSON', 'The request body is not valid JSON')
   }
 }
