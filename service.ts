@@ -118,6 +118,8 @@ export async function startService(config: Config, overrides: ServiceOverrides =
       maxAddresses: config.edge.authFailureTrackedAddresses,
     }),
     trustedProxies: new Set(config.edge.trustedProxies),
+    maxUrlBytes: config.edge.maxUrlBytes,
+    maxHeaderBytes: config.edge.maxHeaderBytes,
     publicDocuments: {
       '/healthz': health,
       ...(servesRoutes ? { '/openapi.json': async () => ({ status: 200, body: openapi }) } : {}),

@@ -44,11 +44,23 @@ const decoder = new TextDecoder()
  * Copies everything the request needs off uWS's stack-allocated `req` (and the peer address off
  * `res`). Never throws on client input: what cannot be served is reported in `problem`.
  */
-export function readHead(req: HttpRequest, res: HttpResponse, names: string[], trustedProxies: ReadonlySet<string> = NO_PROXIES): RequestHead {
+export interface HeadLimits {
+  trustedProxies: ReadonlySet<string>
+  /** Path plus query, in bytes as sent (still percent-encoded). */
+  maxUrlBytes: number
+  /** Sum of header names and values. */
+  maxHeaderBytes: number
+}
+
+export const DEFAULT_HEAD_LIMITS: HeadLimits = { trustedProxies: new Set(), maxUrlBytes: 8 * 1024, maxHeaderBytes: 16 * 1024 }
+
+export function readHead(req: HttpRequest, res: HttpResponse, names: string[], limits: HeadLimits = DEFAULT_HEAD_LIMITS): RequestHead {
   const headers: Record<string, string> = {}
   let problem: ApiError | undefined
   let closeConnection = false
+  let headerBytes = 0
   req.forEach((key, value) => {
+    headerBytes += key.length + value.length
     const previous = headers[key]
     // uWS frames the body by the first Content-Length; a second, different one is a smuggling
     // attempt or a broken client (RFC 9112 6.3): refuse it and close the connection.
@@ -61,6 +73,13 @@ export function readHead(req: HttpRequest, res: HttpResponse, names: string[], t
   })
   const url = req.getUrl()
   const rawQuery = req.getQuery() ?? ''
+  // uWS takes any head that arrives in one read (up to its 512 KiB buffer); ours are smaller.
+  if (url.length + rawQuery.length > limits.maxUrlBytes) {
+    problem ??= new ApiError(414, 'URI_TOO_LONG', `The request URL exceeds ${limits.maxUrlBytes} bytes`)
+  }
+  if (headerBytes > limits.maxHeaderBytes) {
+    problem ??= new ApiError(431, 'HEADERS_TOO_LARGE', `The request headers exceed ${limits.maxHeaderBytes} bytes`)
+  }
   const params: Record<string, string> = {}
   names.forEach((name, index) => {
     const raw = req.getParameter(index)
@@ -77,12 +96,10 @@ export function readHead(req: HttpRequest, res: HttpResponse, names: string[], t
     query: new URLSearchParams(rawQuery),
     headers,
     params,
-    remoteAddress: clientAddress(res, headers, trustedProxies),
+    remoteAddress: clientAddress(res, headers, limits.trustedProxies),
     ...(problem ? { problem, closeConnection } : {}),
   }
 }
-
-const NO_PROXIES: ReadonlySet<string> = new Set()
 
 /** The peer's address; behind a trusted proxy, the nearest X-Forwarded-For hop that is not one. */
 function clientAddress(res: HttpResponse, headers: Record<string, string>, trustedProxies: ReadonlySet<string>): string {

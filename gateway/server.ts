@@ -11,7 +11,7 @@ import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket, UwsModu
 import { ApiError, serializeErrorBody } from './errors.js'
 import { type KeyRegistry, type Principal } from './auth.js'
 import type { AuthThrottle } from './auth-throttle.js'
-import { BodyStream, paramNames, parseJsonBody, readBody, readHead, type RequestHead } from './request.js'
+import { BodyStream, DEFAULT_HEAD_LIMITS, paramNames, parseJsonBody, readBody, readHead, type HeadLimits, type RequestHead } from './request.js'
 import { Reply } from './response.js'
 import type { JsonResult, RequestContext, Route, StreamSink } from './routes.js'
 import type { Logger } from '../platform/logger.js'
@@ -32,6 +32,9 @@ export interface GatewayOptions {
   authThrottle: AuthThrottle
   /** Peers whose X-Forwarded-For names the client (reverse proxies in front of the gateway). */
   trustedProxies?: ReadonlySet<string>
+  /** URL and header size limits answered by us (414, 431) for heads the uWS parser accepted. */
+  maxUrlBytes?: number
+  maxHeaderBytes?: number
   /** Extra unauthenticated JSON documents, e.g. /healthz and /openapi.json. */
   publicDocuments: Record<string, () => Promise<{ status: number; body: unknown }>>
 }
@@ -58,11 +61,15 @@ export class Gateway {
   private readonly app: TemplatedApp
   private listenSocket: us_listen_socket | null = null
   private readonly openStreams = new Set<StreamSink>()
-  private readonly trustedProxies: ReadonlySet<string>
+  private readonly headLimits: HeadLimits
 
   constructor(private readonly options: GatewayOptions) {
     this.app = options.uws.App()
-    this.trustedProxies = options.trustedProxies ?? new Set()
+    this.headLimits = {
+      trustedProxies: options.trustedProxies ?? DEFAULT_HEAD_LIMITS.trustedProxies,
+      maxUrlBytes: options.maxUrlBytes ?? DEFAULT_HEAD_LIMITS.maxUrlBytes,
+      maxHeaderBytes: options.maxHeaderBytes ?? DEFAULT_HEAD_LIMITS.maxHeaderBytes,
+    }
     for (const route of options.routes) this.register(route)
     for (const [path, produce] of Object.entries(options.publicDocuments)) this.registerDocument(path, produce)
     this.app.any('/*', (res, req) =>
@@ -125,7 +132,7 @@ export class Gateway {
     x.reply = new Reply(res, error => this.fault(x, error))
     let outcome: Promise<number>
     try {
-      x.head = readHead(req, res, names, this.trustedProxies)
+      x.head = readHead(req, res, names, this.headLimits)
       const claimed = x.head.headers['x-request-id']
       x.requestId = claimed && REQUEST_ID.test(claimed) ? claimed : randomUUID()
       outcome = serve(x)

@@ -29,6 +29,9 @@ export interface Config {
   edge: {
     /** JSON bodies nesting objects/arrays deeper than this answer 400 JSON_TOO_DEEP, before parsing. */
     maxJsonDepth: number
+    /** Longer URLs (path + query) answer 414; larger header sets answer 431 (when uWS parsed the head). */
+    maxUrlBytes: number
+    maxHeaderBytes: number
     /** /metrics (and a copy of /healthz) listen here, not on the API port; null = no metrics listener. */
     metricsPort: number | null
     metricsHost: string
@@ -185,6 +188,8 @@ export function loadConfig(env: Env = process.env): Config {
     maxUploadBytes: int(env, 'MAX_UPLOAD_BYTES', 1024 * 1024 * 1024, 1024),
     edge: {
       maxJsonDepth: int(env, 'MAX_JSON_DEPTH', 64, 1),
+      maxUrlBytes: int(env, 'MAX_URL_BYTES', 8 * 1024, 256),
+      maxHeaderBytes: int(env, 'MAX_HEADER_BYTES', 16 * 1024, 1024),
       metricsPort: metricsPort(env, port),
       metricsHost: env.METRICS_HOST || '127.0.0.1',
       authFailureLimit: int(env, 'AUTH_FAILURE_LIMIT', 20, 0),
