@@ -213,16 +213,22 @@ const BACKSLASH = 0x5c
  * validation, serialization, persistence) recurse and overflow the stack on deep enough values.
  * Brackets inside strings do not count; UTF-8 continuation bytes never equal these ASCII bytes.
  */
-export function jsonDeeperThan(bytes: Uint8Array, max: number): boolean {
+export function jsonDeeperThan(bytes: Buffer, max: number): boolean {
   let depth = 0
-  let inString = false
   for (let i = 0; i < bytes.length; i++) {
     const byte = bytes[i]
-    if (inString) {
-      if (byte === BACKSLASH) i++
-      else if (byte === QUOTE) inString = false
-    } else if (byte === QUOTE) inString = true
-    else if (byte === OPEN_BRACE || byte === OPEN_BRACKET) {
+    if (byte === QUOTE) {
+      // Skip the string natively (memchr): its end is the next quote not escaped by an odd run of backslashes.
+      let end = bytes.indexOf(QUOTE, i + 1)
+      while (end !== -1) {
+        let slashes = 0
+        while (bytes[end - 1 - slashes] === BACKSLASH) slashes++
+        if (slashes % 2 === 0) break
+        end = bytes.indexOf(QUOTE, end + 1)
+      }
+      if (end === -1) return false // unterminated: JSON.parse reports it
+      i = end
+    } else if (byte === OPEN_BRACE || byte === OPEN_BRACKET) {
       if (++depth > max) return true
     } else if (byte === CLOSE_BRACE || byte === CLOSE_BRACKET) depth--
   }

@@ -25,7 +25,6 @@ const deep = () => {
 
 const routes: Route[] = [
   { method: 'get', path: '/t/throws', summary: '', tag: 't', role: null, handle: async () => { throw new Error('handler bug') } },
-  // eslint-disable-next-line @typescript-eslint/only-throw-error
   { method: 'get', path: '/t/rejects-string', summary: '', tag: 't', role: null, handle: () => Promise.reject('not an Error') },
   { method: 'get', path: '/t/sync-throw', summary: '', tag: 't', role: null, handle: (() => { throw new TypeError('thrown before any promise') }) as never },
   { method: 'get', path: '/t/unserializable', summary: '', tag: 't', role: null, handle: async () => ({ status: 200, body: { n: 10n } }) },
