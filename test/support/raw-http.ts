@@ -13,7 +13,7 @@ export interface RawOutcome {
   ms: number
 }
 
-export function rawExchange(port: number, request: string | Buffer, boundMs: number, options: { keepOpenAfterResponse?: boolean } = {}): Promise<RawOutcome> {
+export function rawExchange(port: number, request: string | Buffer, boundMs: number): Promise<RawOutcome> {
   return new Promise(resolve => {
     const started = Date.now()
     let text = ''
@@ -25,10 +25,7 @@ export function rawExchange(port: number, request: string | Buffer, boundMs: num
       resolve({ text, outcome, status: status ? Number(status) : undefined, ms: Date.now() - started })
     }
     const timer = setTimeout(() => done('stalled'), boundMs)
-    socket.on('data', chunk => {
-      text += chunk.toString('latin1')
-      void options
-    })
+    socket.on('data', chunk => (text += chunk.toString('latin1')))
     socket.on('error', () => {})
     socket.on('close', () => done('closed'))
   })
