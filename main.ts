@@ -1,6 +1,10 @@
 // Entry point: `node dist/main.js` (what `make run` starts).
 import { ConfigError, loadConfig } from './platform/config.js'
+import { installProcessGuards } from './platform/process-guard.js'
 import { startService } from './service.js'
+
+/** EX_SOFTWARE: the supervisor restarts a process that stopped because its state was unknown. */
+const EXIT_STATE_UNKNOWN = 70
 
 async function main() {
   const config = loadConfig()
@@ -9,15 +13,28 @@ async function main() {
   }
   const service = await startService(config)
   let stopping = false
-  const stop = async (signal: string) => {
+  const stop = async (why: string, code: number) => {
     if (stopping) return
     stopping = true
-    console.error(`${signal} received, draining`)
-    await service.close()
-    process.exit(0)
+    console.error(`${why}, draining`)
+    // A drain that hangs must not keep a broken process alive.
+    setTimeout(() => process.exit(code), config.engine.drainTimeoutMs + 5000).unref()
+    try {
+      await service.close()
+    } finally {
+      process.exit(code)
+    }
   }
-  process.on('SIGINT', () => void stop('SIGINT'))
-  process.on('SIGTERM', () => void stop('SIGTERM'))
+  // Same policy in every role (all, gateway, engine, worker): see README "Edge limits and hygiene".
+  installProcessGuards({
+    logger: service.platform.logger,
+    metrics: service.platform.metrics,
+    exceptionLimit: config.edge.uncaughtExceptionLimit,
+    exceptionWindowMs: config.edge.uncaughtExceptionWindowMs,
+    onFatal: reason => void stop(`stopping: ${reason}`, EXIT_STATE_UNKNOWN),
+  })
+  process.on('SIGINT', () => void stop('SIGINT received', 0))
+  process.on('SIGTERM', () => void stop('SIGTERM received', 0))
 }
 
 main().catch(error => {

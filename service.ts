@@ -1,7 +1,8 @@
 // The composition root: picks the embedded or distributed implementation of each seam
 // (store, bus), builds the modules on them and serves their routes from one gateway.
 import { readFileSync } from 'node:fs'
-import { Gateway } from './gateway/server.js'
+import { Gateway, MetricsListener } from './gateway/server.js'
+import { AuthThrottle } from './gateway/auth-throttle.js'
 import { KeyRegistry, parseBootstrapKeys } from './gateway/auth.js'
 import { loadNativeUws } from './gateway/uws.js'
 import type { ServiceModule } from './gateway/routes.js'
@@ -21,6 +22,8 @@ const VERSION: string = JSON.parse(readFileSync(new URL('./package.json', import
 
 export interface RunningService {
   port: number
+  /** Where /metrics listens (METRICS_PORT); undefined with METRICS_PORT=off. */
+  metricsPort?: number
   platform: Platform
   keys: KeyRegistry
   close(): Promise<void>
@@ -60,7 +63,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   const bus = await openBus(config, logger)
   const platform: Platform = { config, store, bus, clock, logger, metrics }
 
-  const keys = new KeyRegistry(parseBootstrapKeys(config.apiKeys), store)
+  const keys = new KeyRegistry(parseBootstrapKeys(config.apiKeys), store, config.edge.keyCache, metrics.apiKeyCacheEntries)
   await keys.init()
 
   // Roles: `worker` runs the dialer's background workers and serves only /healthz and /metrics;
@@ -81,6 +84,24 @@ export async function startService(config: Config, overrides: ServiceOverrides =
 
   const routes = servesRoutes ? modules.flatMap(m => m.routes) : []
   const openapi = buildOpenApi(routes, schemas.all, VERSION)
+  // 503 while NATS is unreachable: a load balancer then routes around this process.
+  const health = async () => {
+    const nats = bus instanceof NatsBus ? (bus.connected ? 'connected' : 'disconnected') : undefined
+    return {
+      status: nats === 'disconnected' ? 503 : 200,
+      body: {
+        status: nats === 'disconnected' ? 'degraded' : 'ok',
+        version: VERSION,
+        role: config.role,
+        store: store.kind,
+        bus: bus instanceof NatsBus ? 'nats' : 'memory',
+        ...(nats ? { nats } : {}),
+        modules: modules.map(m => m.name),
+        dialerWorkers,
+        ...(engine?.node ? { engineNode: engine.node.nodeId } : {}),
+      },
+    }
+  }
   const gateway = new Gateway({
     uws,
     routes,
@@ -90,37 +111,42 @@ export async function startService(config: Config, overrides: ServiceOverrides =
     maxBodyBytes: config.maxBodyBytes,
     maxUploadBytes: config.maxUploadBytes,
     streamBufferBytes: config.channel.consumerBufferBytes,
+    maxJsonDepth: config.edge.maxJsonDepth,
+    authThrottle: new AuthThrottle({
+      limit: config.edge.authFailureLimit,
+      windowMs: config.edge.authFailureWindowMs,
+      maxAddresses: config.edge.authFailureTrackedAddresses,
+    }),
+    trustedProxies: new Set(config.edge.trustedProxies),
+    maxUrlBytes: config.edge.maxUrlBytes,
+    maxHeaderBytes: config.edge.maxHeaderBytes,
     publicDocuments: {
-      // 503 while NATS is unreachable: a load balancer then routes around this process.
-      '/healthz': async () => {
-        const nats = bus instanceof NatsBus ? (bus.connected ? 'connected' : 'disconnected') : undefined
-        return {
-          status: nats === 'disconnected' ? 503 : 200,
-          body: {
-            status: nats === 'disconnected' ? 'degraded' : 'ok',
-            version: VERSION,
-            role: config.role,
-            store: store.kind,
-            bus: bus instanceof NatsBus ? 'nats' : 'memory',
-            ...(nats ? { nats } : {}),
-            modules: modules.map(m => m.name),
-            dialerWorkers,
-            ...(engine?.node ? { engineNode: engine.node.nodeId } : {}),
-          },
-        }
-      },
+      '/healthz': health,
       ...(servesRoutes ? { '/openapi.json': async () => ({ status: 200, body: openapi }) } : {}),
     },
   })
   const port = await gateway.listen(config.port, config.host)
-  logger.info('listening', { port, store: store.kind, role: config.role })
+  const metricsListener = config.edge.metricsPort === null ? undefined : new MetricsListener(uws, metrics, health, logger)
+  let metricsPort: number | undefined
+  try {
+    metricsPort = await metricsListener?.listen(config.edge.metricsPort!, config.edge.metricsHost)
+  } catch (error) {
+    gateway.close()
+    for (const module of [...modules].reverse()) await module.stop()
+    await bus.close()
+    await store.close()
+    throw error
+  }
+  logger.info('listening', { port, metricsPort, store: store.kind, role: config.role })
 
   return {
     port,
+    metricsPort,
     platform,
     keys,
     async close() {
       gateway.close()
+      metricsListener?.close()
       for (const module of [...modules].reverse()) await module.stop()
       await bus.close()
       if (idempotencyStore !== store) await idempotencyStore.close()

@@ -3,6 +3,8 @@
 // is enough; there is nothing to brute-force), looked up by digest and compared with
 // timingSafeEqual. The key itself is never stored or logged.
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
+import { LRUCache } from 'lru-cache'
+import type { Gauge } from 'prom-client'
 import type { Role } from './routes.js'
 import type { Store } from '../platform/store/index.js'
 import { newId, stableId } from '../platform/ids.js'
@@ -63,14 +65,36 @@ export function parseBootstrapKeys(spec: string): Map<string, Principal> {
   return keys
 }
 
+export interface KeyCacheOptions {
+  /** Lookups kept at most, for known and for unknown keys each (least recently used go first). */
+  max: number
+  /** How long a found key is trusted without asking the store (a revocation takes this long). */
+  ttlMs: number
+  /** How long an unknown key is remembered as unknown (a key issued meanwhile waits this long). */
+  negativeTtlMs: number
+}
+
+export const DEFAULT_KEY_CACHE: KeyCacheOptions = { max: 10_000, ttlMs: 10_000, negativeTtlMs: 2_000 }
+
+/**
+ * Two bounded LRU caches: known keys, and unknown keys only briefly, so a flood of random keys
+ * costs bounded memory and cannot push the known keys out.
+ */
 export class KeyRegistry {
-  private readonly cache = new Map<string, { principal: Principal | null; until: number }>()
+  private readonly known: LRUCache<string, Principal> | undefined
+  private readonly unknown: LRUCache<string, true> | undefined
 
   constructor(
     private readonly bootstrap: Map<string, Principal>,
     private readonly store: Store,
-    private readonly cacheMs = 10_000,
-  ) {}
+    cache: KeyCacheOptions = DEFAULT_KEY_CACHE,
+    private readonly entriesGauge?: Gauge<'kind'>,
+  ) {
+    // A ttl of 0 turns that cache off (lru-cache would read 0 as "never expires").
+    const max = Math.max(1, cache.max)
+    if (cache.ttlMs > 0) this.known = new LRUCache({ max, ttl: cache.ttlMs })
+    if (cache.negativeTtlMs > 0) this.unknown = new LRUCache({ max, ttl: cache.negativeTtlMs })
+  }
 
   static collection = 'api_keys'
 
@@ -83,14 +107,18 @@ export class KeyRegistry {
     if (!presented) return null
     const digest = digestOf(presented)
     for (const [known, principal] of this.bootstrap) if (sameDigest(known, digest)) return principal
-    const cached = this.cache.get(digest)
-    if (cached && cached.until > Date.now()) return cached.principal
+    const cached = this.known?.get(digest)
+    if (cached) return cached
+    if (this.unknown?.get(digest)) return null
     const record = await this.store.collection<KeyRecord>(KeyRegistry.collection).findOne({ digest, revokedAt: null })
     const principal =
       record && sameDigest(record.digest, digest)
         ? { keyId: record._id, keyName: record.name, accountId: record.accountId, roles: new Set(record.roles) }
         : null
-    this.cache.set(digest, { principal, until: Date.now() + this.cacheMs })
+    if (principal) this.known?.set(digest, principal)
+    else this.unknown?.set(digest, true)
+    this.entriesGauge?.set({ kind: 'known' }, this.known?.size ?? 0)
+    this.entriesGauge?.set({ kind: 'unknown' }, this.unknown?.size ?? 0)
     return principal
   }
 

@@ -10,6 +10,12 @@ export interface RequestHead {
   query: URLSearchParams
   headers: Record<string, string>
   params: Record<string, string>
+  /** The client's address (the peer, or the forwarded client when the peer is a trusted proxy). */
+  remoteAddress: string
+  /** Set when the head cannot be served (bad percent-encoding, ambiguous framing): answered before auth. */
+  problem?: ApiError
+  /** The connection cannot be trusted to carry another request (ambiguous body framing). */
+  closeConnection?: boolean
 }
 
 export function paramNames(pattern: string): string[] {
@@ -19,22 +25,89 @@ export function paramNames(pattern: string): string[] {
     .map(segment => segment.slice(1))
 }
 
-export function readHead(req: HttpRequest, names: string[]): RequestHead {
+export const invalidUrlEncoding = (where: string) =>
+  new ApiError(400, 'INVALID_URL_ENCODING', `The request ${where} contains a malformed percent-encoding (e.g. %E0%A4%A or %zz)`)
+
+/** decodeURIComponent without the throw: undefined when the text is not valid percent-encoded UTF-8. */
+export function tryDecode(text: string): string | undefined {
+  if (!text.includes('%')) return text
+  try {
+    return decodeURIComponent(text)
+  } catch {
+    return undefined
+  }
+}
+
+const decoder = new TextDecoder()
+
+/**
+ * Copies everything the request needs off uWS's stack-allocated `req` (and the peer address off
+ * `res`). Never throws on client input: what cannot be served is reported in `problem`.
+ */
+export interface HeadLimits {
+  trustedProxies: ReadonlySet<string>
+  /** Path plus query, in bytes as sent (still percent-encoded). */
+  maxUrlBytes: number
+  /** Sum of header names and values. */
+  maxHeaderBytes: number
+}
+
+export const DEFAULT_HEAD_LIMITS: HeadLimits = { trustedProxies: new Set(), maxUrlBytes: 8 * 1024, maxHeaderBytes: 16 * 1024 }
+
+export function readHead(req: HttpRequest, res: HttpResponse, names: string[], limits: HeadLimits = DEFAULT_HEAD_LIMITS): RequestHead {
   const headers: Record<string, string> = {}
+  let problem: ApiError | undefined
+  let closeConnection = false
+  let headerBytes = 0
   req.forEach((key, value) => {
-    headers[key] = value
+    headerBytes += key.length + value.length
+    const previous = headers[key]
+    // uWS frames the body by the first Content-Length; a second, different one is a smuggling
+    // attempt or a broken client (RFC 9112 6.3): refuse it and close the connection.
+    if (key === 'content-length' && previous !== undefined && previous !== value) {
+      problem = new ApiError(400, 'INVALID_HEADER', 'Conflicting Content-Length headers')
+      closeConnection = true
+      return
+    }
+    if (previous === undefined) headers[key] = value
   })
+  const url = req.getUrl()
+  const rawQuery = req.getQuery() ?? ''
+  // uWS takes any head that arrives in one read (up to its 512 KiB buffer); ours are smaller.
+  if (url.length + rawQuery.length > limits.maxUrlBytes) {
+    problem ??= new ApiError(414, 'URI_TOO_LONG', `The request URL exceeds ${limits.maxUrlBytes} bytes`)
+  }
+  if (headerBytes > limits.maxHeaderBytes) {
+    problem ??= new ApiError(431, 'HEADERS_TOO_LARGE', `The request headers exceed ${limits.maxHeaderBytes} bytes`)
+  }
   const params: Record<string, string> = {}
   names.forEach((name, index) => {
-    params[name] = decodeURIComponent(req.getParameter(index))
+    const raw = req.getParameter(index)
+    const decoded = tryDecode(raw)
+    if (decoded === undefined) problem ??= invalidUrlEncoding('path')
+    params[name] = decoded ?? raw
   })
+  if (!problem && tryDecode(url) === undefined) problem = invalidUrlEncoding('path')
+  // URLSearchParams silently turns a bad escape into U+FFFD; a client that sent one gets told.
+  if (!problem && tryDecode(rawQuery.replace(/\+/g, ' ')) === undefined) problem = invalidUrlEncoding('query string')
   return {
     method: req.getMethod(),
-    url: req.getUrl(),
-    query: new URLSearchParams(req.getQuery() ?? ''),
+    url,
+    query: new URLSearchParams(rawQuery),
     headers,
     params,
+    remoteAddress: clientAddress(res, headers, limits.trustedProxies),
+    ...(problem ? { problem, closeConnection } : {}),
   }
+}
+
+/** The peer's address; behind a trusted proxy, the nearest X-Forwarded-For hop that is not one. */
+function clientAddress(res: HttpResponse, headers: Record<string, string>, trustedProxies: ReadonlySet<string>): string {
+  const peer = decoder.decode(res.getRemoteAddressAsText())
+  if (!trustedProxies.has(peer) || !headers['x-forwarded-for']) return peer
+  const hops = headers['x-forwarded-for'].split(',').map(h => h.trim()).filter(Boolean)
+  for (let i = hops.length - 1; i >= 0; i--) if (!trustedProxies.has(hops[i]!)) return hops[i]!.slice(0, 64)
+  return peer
 }
 
 const hasBody = (head: RequestHead) =>
@@ -54,14 +127,20 @@ export function readBody(res: HttpResponse, head: RequestHead, limit: number): P
     let failed = false
     res.onData((chunk, isLast) => {
       if (failed) return
-      size += chunk.byteLength
-      if (size > limit) {
+      // A throw here would surface in uWS's native callback as an uncaught exception.
+      try {
+        size += chunk.byteLength
+        if (size > limit) {
+          failed = true
+          reject(bodyTooLarge(limit))
+          return
+        }
+        chunks.push(Buffer.from(chunk.slice(0)))
+        if (isLast) resolve(Buffer.concat(chunks, size))
+      } catch (error) {
         failed = true
-        reject(bodyTooLarge(limit))
-        return
+        reject(error)
       }
-      chunks.push(Buffer.from(chunk.slice(0)))
-      if (isLast) resolve(Buffer.concat(chunks, size))
     })
   })
 }
@@ -82,15 +161,20 @@ export class BodyStream implements AsyncIterable<Buffer> {
     this.done = !hasBody(head)
     if (this.done) return
     res.onData((chunk, isLast) => {
-      this.size += chunk.byteLength
-      if (this.size > limit) {
-        this.error = bodyTooLarge(limit)
-      } else {
-        this.queue.push(Buffer.from(chunk.slice(0)))
-        if (this.queue.length >= 16 && !this.paused) {
-          this.paused = true
-          res.pause()
+      // A throw here would surface in uWS's native callback as an uncaught exception.
+      try {
+        this.size += chunk.byteLength
+        if (this.size > limit) {
+          this.error = bodyTooLarge(limit)
+        } else if (!this.error) {
+          this.queue.push(Buffer.from(chunk.slice(0)))
+          if (this.queue.length >= 16 && !this.paused) {
+            this.paused = true
+            res.pause()
+          }
         }
+      } catch (error) {
+        this.error = error as Error
       }
       if (isLast) this.done = true
       this.wake?.()
@@ -113,5 +197,54 @@ export class BodyStream implements AsyncIterable<Buffer> {
       await new Promise<void>(resolve => (this.wake = resolve))
       this.wake = undefined
     }
+  }
+}
+
+const OPEN_BRACE = 0x7b
+const OPEN_BRACKET = 0x5b
+const CLOSE_BRACE = 0x7d
+const CLOSE_BRACKET = 0x5d
+const QUOTE = 0x22
+const BACKSLASH = 0x5c
+
+/**
+ * True when the JSON text nests objects/arrays deeper than `max`. One linear pass over the bytes
+ * (no recursion), so it is safe on any input; JSON.parse and everything after it (schema
+ * validation, serialization, persistence) recurse and overflow the stack on deep enough values.
+ * Brackets inside strings do not count; UTF-8 continuation bytes never equal these ASCII bytes.
+ */
+export function jsonDeeperThan(bytes: Buffer, max: number): boolean {
+  let depth = 0
+  for (let i = 0; i < bytes.length; i++) {
+    const byte = bytes[i]
+    if (byte === QUOTE) {
+      // Skip the string natively (memchr): its end is the next quote not escaped by an odd run of backslashes.
+      let end = bytes.indexOf(QUOTE, i + 1)
+      while (end !== -1) {
+        let slashes = 0
+        while (bytes[end - 1 - slashes] === BACKSLASH) slashes++
+        if (slashes % 2 === 0) break
+        end = bytes.indexOf(QUOTE, end + 1)
+      }
+      if (end === -1) return false // unterminated: JSON.parse reports it
+      i = end
+    } else if (byte === OPEN_BRACE || byte === OPEN_BRACKET) {
+      if (++depth > max) return true
+    } else if (byte === CLOSE_BRACE || byte === CLOSE_BRACKET) depth--
+  }
+  return false
+}
+
+export const jsonTooDeep = (max: number) =>
+  new ApiError(400, 'JSON_TOO_DEEP', `The request body nests objects and arrays deeper than ${max} levels`, { maxDepth: max })
+
+/** Parses a JSON body: empty is undefined; too deep, malformed or unparseable is a 400. */
+export function parseJsonBody(body: Buffer, maxDepth: number): unknown {
+  if (body.length === 0) return undefined
+  if (jsonDeeperThan(body, maxDepth)) throw jsonTooDeep(maxDepth)
+  try {
+    return JSON.parse(body.toString('utf8'))
+  } catch {
+    throw new ApiError(400, 'INVALID_JSON', 'The request body is not valid JSON')
   }
 }

@@ -12,11 +12,19 @@ export class Reply {
   private readonly abortListeners: (() => void)[] = []
   readonly abortedPromise: Promise<void>
 
-  constructor(readonly res: HttpResponse) {
+  /** `onFault` hears what went wrong in a callback uWS calls (logged and counted by the gateway). */
+  constructor(readonly res: HttpResponse, readonly onFault: (error: unknown) => void = () => {}) {
     this.abortedPromise = new Promise(resolve => this.abortListeners.push(resolve))
     res.onAborted(() => {
       this.aborted = true
-      for (const listener of this.abortListeners.splice(0)) listener()
+      for (const listener of this.abortListeners.splice(0)) {
+        // One listener's fault must not skip the others (nor surface in uWS's native callback).
+        try {
+          listener()
+        } catch (error) {
+          this.onFault(error)
+        }
+      }
     })
   }
 
@@ -25,20 +33,34 @@ export class Reply {
     else this.abortListeners.push(listener)
   }
 
-  send(status: number, body: string | Buffer | undefined, headers: Record<string, string>) {
+  /** Writes the whole response; `closeConnection` when the connection cannot carry another request. */
+  send(status: number, body: string | Buffer | undefined, headers: Record<string, string>, closeConnection = false) {
     if (this.aborted || this.finished) return
     this.finished = true
     this.res.cork(() => {
       this.res.writeStatus(statusLine(status))
       for (const [name, value] of Object.entries(headers)) this.res.writeHeader(name, value)
-      if (body === undefined) this.res.endWithoutBody(0)
-      else this.res.end(body)
+      if (body === undefined) this.res.endWithoutBody(0, closeConnection)
+      else this.res.end(body, closeConnection)
     })
   }
 
+  /** Serializes first (a value that cannot be serialized throws before anything is written). */
   json(status: number, body: unknown, headers: Record<string, string> = {}) {
     const noBody = body === undefined || status === 204
     this.send(status, noBody ? undefined : JSON.stringify(body), noBody ? headers : { 'Content-Type': 'application/json', ...headers })
+  }
+
+  /** An already serialized JSON error body. */
+  error(status: number, text: string, headers: Record<string, string>, closeConnection = false) {
+    this.send(status, text, { 'Content-Type': 'application/json', ...headers }, closeConnection)
+  }
+
+  /** Drops the connection (a stream that broke after its head was sent cannot answer JSON). */
+  close() {
+    if (this.aborted) return
+    this.finished = true
+    this.res.close()
   }
 
   /** Switches the response into a long-lived stream with a bounded outgoing buffer. */
@@ -64,11 +86,23 @@ class ResponseStream implements StreamSink {
       // Send the headers now so the client sees the stream open before the first event.
       reply.res.write('')
     })
-    reply.res.onWritable(() => this.drain())
+    reply.res.onWritable(() => {
+      // Runs in uWS's native callback: a throw there would be an uncaught exception.
+      try {
+        return this.drain()
+      } catch (error) {
+        this.fail(error)
+        return true
+      }
+    })
   }
 
   get closed() {
     return this.ended || this.reply.aborted
+  }
+
+  reportFault(error: unknown) {
+    this.reply.onFault(error)
   }
 
   onClose(listener: () => void) {
@@ -83,10 +117,30 @@ class ResponseStream implements StreamSink {
       this.queuedBytes += Buffer.byteLength(chunk)
       return this.queuedBytes <= this.maxBufferedBytes
     }
-    this.reply.res.cork(() => {
-      this.backpressured = !this.reply.res.write(chunk)
-    })
+    try {
+      this.reply.res.cork(() => {
+        this.backpressured = !this.reply.res.write(chunk)
+      })
+    } catch (error) {
+      this.fail(error)
+      return false
+    }
     return true
+  }
+
+  /** A write the socket refused: the stream is over for this client (it resumes with Last-Event-ID). */
+  private fail(error: unknown) {
+    this.reply.onFault(error)
+    if (this.closed) return
+    this.ended = true
+    this.queue = []
+    this.queuedBytes = 0
+    try {
+      this.reply.close()
+    } catch {
+      // already gone
+    }
+    this.fireClose()
   }
 
   private drain(): boolean {
@@ -106,10 +160,14 @@ class ResponseStream implements StreamSink {
     if (this.closed) return
     this.ended = true
     // uWebSockets.js keeps what it cannot send yet, so queued frames still reach the client.
-    this.reply.res.cork(() => {
-      for (const chunk of this.queue.splice(0)) this.reply.res.write(chunk)
-      this.reply.res.end()
-    })
+    try {
+      this.reply.res.cork(() => {
+        for (const chunk of this.queue.splice(0)) this.reply.res.write(chunk)
+        this.reply.res.end()
+      })
+    } catch (error) {
+      this.reply.onFault(error)
+    }
     this.fireClose()
   }
 
@@ -118,14 +176,24 @@ class ResponseStream implements StreamSink {
     this.queue = []
     this.queuedBytes = 0
     this.ended = true
-    this.reply.res.cork(() => {
-      this.reply.res.write(last)
-      this.reply.res.end()
-    })
+    try {
+      this.reply.res.cork(() => {
+        this.reply.res.write(last)
+        this.reply.res.end()
+      })
+    } catch (error) {
+      this.reply.onFault(error)
+    }
     this.fireClose()
   }
 
   private fireClose() {
-    for (const listener of this.closeListeners.splice(0)) listener()
+    for (const listener of this.closeListeners.splice(0)) {
+      try {
+        listener()
+      } catch (error) {
+        this.reply.onFault(error)
+      }
+    }
   }
 }

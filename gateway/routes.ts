@@ -36,6 +36,8 @@ export interface StreamSink {
   onClose(listener: () => void): void
   /** Discards what is queued for a client that cannot keep up, writes `last` and ends. */
   abandon?(last: string): void
+  /** Reports a fault in code writing to this stream (the gateway logs and counts it). */
+  reportFault?(error: unknown): void
 }
 
 interface RouteBase {

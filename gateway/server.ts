@@ -1,11 +1,17 @@
 // The HTTP edge: registers every module's route table on one uWebSockets.js app, and does the
 // cross-cutting work once: auth and roles, body limits, the error envelope, metrics, request
 // ids. Handlers stay tiny and never touch uWS objects.
+//
+// The error boundary lives here: every uWS callback (request handler, body chunks, writable,
+// abort) is guarded, every request's promise ends in `fail`, and `fail` itself cannot throw. A
+// throw inside a uWS handler is otherwise an uncaught exception (the process exits by default),
+// and returning from a handler before onAborted is attached makes uWS abort the process.
 import { randomUUID } from 'node:crypto'
-import type { TemplatedApp, us_listen_socket, UwsModule } from './uws.js'
-import { ApiError } from './errors.js'
+import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket, UwsModule } from './uws.js'
+import { ApiError, serializeErrorBody } from './errors.js'
 import { type KeyRegistry, type Principal } from './auth.js'
-import { BodyStream, paramNames, readBody, readHead, type RequestHead } from './request.js'
+import type { AuthThrottle } from './auth-throttle.js'
+import { BodyStream, DEFAULT_HEAD_LIMITS, paramNames, parseJsonBody, readBody, readHead, type HeadLimits, type RequestHead } from './request.js'
 import { Reply } from './response.js'
 import type { JsonResult, RequestContext, Route, StreamSink } from './routes.js'
 import type { Logger } from '../platform/logger.js'
@@ -19,42 +25,66 @@ export interface GatewayOptions {
   logger: Logger
   maxBodyBytes: number
   maxUploadBytes: number
+  /** JSON bodies nesting objects/arrays deeper than this are refused before parsing (400 JSON_TOO_DEEP). */
+  maxJsonDepth: number
   streamBufferBytes: number
+  /** Repeated unknown keys from one address: 429 with Retry-After. */
+  authThrottle: AuthThrottle
+  /** Peers whose X-Forwarded-For names the client (reverse proxies in front of the gateway). */
+  trustedProxies?: ReadonlySet<string>
+  /** URL and header size limits answered by us (414, 431) for heads the uWS parser accepted. */
+  maxUrlBytes?: number
+  maxHeaderBytes?: number
   /** Extra unauthenticated JSON documents, e.g. /healthz and /openapi.json. */
   publicDocuments: Record<string, () => Promise<{ status: number; body: unknown }>>
 }
 
 const ANONYMOUS: Principal = { keyId: 'anonymous', keyName: 'anonymous', accountId: '', roles: new Set() }
+const UNMATCHED = '(unmatched)'
+/** A client's X-Request-Id is echoed and logged only when it is short and plain. */
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+const NO_BODY: Promise<Buffer> = Promise.resolve(Buffer.alloc(0))
+
+/** One request on its way through the gateway: what fail/finish need to answer and account. */
+interface Exchange {
+  reply: Reply
+  head?: RequestHead
+  requestId: string
+  route: string
+  started: bigint
+  sink?: StreamSink
+}
+
+const clip = (text: string, max = 256) => (text.length > max ? `${text.slice(0, max)}…` : text)
 
 export class Gateway {
   private readonly app: TemplatedApp
   private listenSocket: us_listen_socket | null = null
   private readonly openStreams = new Set<StreamSink>()
+  private readonly headLimits: HeadLimits
 
   constructor(private readonly options: GatewayOptions) {
     this.app = options.uws.App()
+    this.headLimits = {
+      trustedProxies: options.trustedProxies ?? DEFAULT_HEAD_LIMITS.trustedProxies,
+      maxUrlBytes: options.maxUrlBytes ?? DEFAULT_HEAD_LIMITS.maxUrlBytes,
+      maxHeaderBytes: options.maxHeaderBytes ?? DEFAULT_HEAD_LIMITS.maxHeaderBytes,
+    }
     for (const route of options.routes) this.register(route)
     for (const [path, produce] of Object.entries(options.publicDocuments)) this.registerDocument(path, produce)
-    this.app.get('/metrics', (res, _req) => {
-      const reply = new Reply(res)
-      options.metrics.registry.metrics().then(
-        text => reply.send(200, text, { 'Content-Type': options.metrics.registry.contentType }),
-        error => reply.json(500, { code: 'INTERNAL', message: String(error) }),
-      )
-    })
-    this.app.any('/*', (res, req) => {
-      const reply = new Reply(res)
-      reply.json(404, { code: 'NOT_FOUND', message: `No route for ${req.getMethod().toUpperCase()} ${req.getUrl()}` })
-    })
+    this.app.any('/*', (res, req) =>
+      this.accept(res, req, [], UNMATCHED, async x => {
+        const head = x.head!
+        if (head.problem) throw head.problem
+        throw new ApiError(404, 'NOT_FOUND', `No route for ${head.method.toUpperCase()} ${clip(head.url)}`)
+      }),
+    )
   }
 
   listen(port: number, host: string): Promise<number> {
-    return new Promise((resolve, reject) => {
-      this.app.listen(host, port, socket => {
-        if (!socket) return reject(new Error(`Could not listen on ${host}:${port}`))
-        this.listenSocket = socket
-        resolve(this.options.uws.us_socket_local_port(socket as any))
-      })
+    return listenApp(this.options.uws, this.app, port, host).then(({ socket, port }) => {
+      this.listenSocket = socket
+      return port
     })
   }
 
@@ -65,40 +95,60 @@ export class Gateway {
   }
 
   private registerDocument(path: string, produce: () => Promise<{ status: number; body: unknown }>) {
-    this.app.get(path, (res, _req) => {
-      const reply = new Reply(res)
-      produce().then(
-        ({ status, body }) => reply.json(status, body),
-        error => reply.json(500, { code: 'INTERNAL', message: (error as Error).message }),
-      )
-    })
+    this.app.get(path, (res, req) =>
+      this.accept(res, req, [], path, async x => {
+        if (x.head!.problem) throw x.head!.problem
+        const { status, body } = await produce()
+        x.reply.json(status, body, { 'X-Request-Id': x.requestId })
+        return status
+      }),
+    )
   }
 
   private register(route: Route) {
     const names = paramNames(route.path)
-    const { metrics } = this.options
-    this.app[route.method](route.path, (res, req) => {
-      const started = process.hrtime.bigint()
-      const head = readHead(req, names)
-      const reply = new Reply(res)
-      const requestId = head.headers['x-request-id'] || randomUUID()
-      const finish = (status: number) => {
-        const labels = { route: route.path, method: head.method }
-        metrics.httpRequests.inc({ ...labels, status: String(status) })
-        metrics.httpDuration.observe(labels, Number(process.hrtime.bigint() - started) / 1e9)
-      }
-      // The body must be claimed before the first await: uWS drops data nobody listens for.
-      const body: Promise<Buffer> | BodyStream =
-        route.kind === 'upload' ? new BodyStream(res, head, this.options.maxUploadBytes) : readBody(res, head, this.options.maxBodyBytes)
-      if (body instanceof Promise) body.catch(() => {}) // a 401 may answer before the body is read
-      this.serve(route, head, body, reply, requestId).then(
-        status => finish(status),
-        error => finish(this.fail(reply, error, requestId, route)),
-      )
-    })
+    this.app[route.method](route.path, (res, req) =>
+      this.accept(res, req, names, route.path, x => {
+        const head = x.head!
+        // The body must be claimed before the first await: uWS drops data nobody listens for.
+        // A head refused for its framing gets no body read (its connection is closed).
+        const body: Promise<Buffer> | BodyStream = head.closeConnection
+          ? NO_BODY
+          : route.kind === 'upload'
+            ? new BodyStream(res, head, this.options.maxUploadBytes)
+            : readBody(res, head, this.options.maxBodyBytes)
+        if (body instanceof Promise) body.catch(() => {}) // a 401 may answer before the body is read
+        return this.serve(route, x, body)
+      }),
+    )
   }
 
-  private async serve(route: Route, head: RequestHead, body: Promise<Buffer> | BodyStream, reply: Reply, requestId: string): Promise<number> {
+  /**
+   * The guarded entry of every uWS handler: the Reply (onAborted) first, then the head, then
+   * `serve`, whose outcome (or throw, synchronous or not) always ends in an answer and a count.
+   */
+  private accept(res: HttpResponse, req: HttpRequest, names: string[], route: string, serve: (x: Exchange) => Promise<number>) {
+    const x: Exchange = { reply: undefined as unknown as Reply, requestId: '', route, started: process.hrtime.bigint() }
+    x.reply = new Reply(res, error => this.fault(x, error))
+    let outcome: Promise<number>
+    try {
+      x.head = readHead(req, res, names, this.headLimits)
+      const claimed = x.head.headers['x-request-id']
+      x.requestId = claimed && REQUEST_ID.test(claimed) ? claimed : randomUUID()
+      outcome = serve(x)
+    } catch (error) {
+      if (!x.requestId) x.requestId = randomUUID()
+      outcome = Promise.reject(error)
+    }
+    outcome
+      .catch(error => this.fail(x, error))
+      .then(status => this.finish(x, status))
+      .catch(error => this.fault(x, error))
+  }
+
+  private async serve(route: Route, x: Exchange, body: Promise<Buffer> | BodyStream): Promise<number> {
+    const { head, reply, requestId } = x as Required<Pick<Exchange, 'head'>> & Exchange
+    if (head.problem) throw head.problem
     const principal = await this.authorize(route, head)
     const base = {
       method: head.method,
@@ -112,16 +162,16 @@ export class Gateway {
     }
     if (route.kind === 'upload') return this.respond(reply, await route.handle(base, body as BodyStream), requestId)
     const bytes = await (body as Promise<Buffer>)
-    const ctx: RequestContext = { ...base, body: bytes, json: () => parseJson(bytes) }
+    const ctx: RequestContext = { ...base, body: bytes, json: () => parseJsonBody(bytes, this.options.maxJsonDepth) }
     if (route.kind === 'stream') {
-      let sink: StreamSink | undefined
       await route.open(ctx, headers => {
-        sink = reply.stream(
+        const sink = reply.stream(
           { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Request-Id': requestId, ...headers },
           this.options.streamBufferBytes,
         )
+        x.sink = sink
         this.openStreams.add(sink)
-        sink.onClose(() => this.openStreams.delete(sink!))
+        sink.onClose(() => this.openStreams.delete(sink))
         return sink
       })
       return 200
@@ -136,30 +186,137 @@ export class Gateway {
 
   private async authorize(route: Route, head: RequestHead): Promise<Principal> {
     if (route.role === null) return ANONYMOUS
-    const principal = await this.options.keys.authenticate(head.headers['apikey'])
-    if (!principal) throw new ApiError(401, 'UNAUTHORIZED', 'A valid apikey header is required')
+    const { authThrottle } = this.options
+    const retryAfter = authThrottle.retryAfterSeconds(head.remoteAddress)
+    if (retryAfter > 0) {
+      throw new ApiError(
+        429,
+        'TOO_MANY_AUTH_FAILURES',
+        'Too many requests with an unknown apikey from this address; retry later',
+        { retryAfterSeconds: retryAfter },
+        { 'Retry-After': String(retryAfter) },
+      )
+    }
+    const presented = head.headers['apikey']
+    const principal = await this.options.keys.authenticate(presented)
+    if (!principal) {
+      if (presented) authThrottle.recordFailure(head.remoteAddress)
+      throw new ApiError(401, 'UNAUTHORIZED', 'A valid apikey header is required')
+    }
     if (!principal.roles.has(route.role)) {
       throw new ApiError(403, 'FORBIDDEN', `This API key does not have the "${route.role}" role`)
     }
     return principal
   }
 
-  private fail(reply: Reply, error: unknown, requestId: string, route: Route): number {
-    if (error instanceof ApiError) {
-      reply.json(error.status, error.body(), { 'X-Request-Id': requestId, ...error.headers })
-      return error.status
+  /**
+   * Turns any throw into the answer: an ApiError is the client's (its status and body, echo
+   * bounded), anything else is ours (500 INTERNAL). Logged once, counted once. Never throws.
+   */
+  private fail(x: Exchange, error: unknown): number {
+    const known = error instanceof ApiError
+    const status = known ? error.status : 500
+    const code = known ? error.code : 'INTERNAL'
+    try {
+      const fields = { requestId: x.requestId, route: x.route, method: x.head?.method, status, code }
+      if (known) this.options.logger.info('request rejected', { ...fields, message: error.message, client: x.head?.remoteAddress })
+      else this.options.logger.error('request failed', { ...fields, error })
+      this.options.metrics.httpErrors.inc({ status: String(status), code })
+    } catch {
+      // logging or counting must not stop the answer
     }
-    this.options.logger.error('request failed', { route: route.path, requestId, error })
-    reply.json(500, { code: 'INTERNAL', message: 'Unexpected server error', requestId }, { 'X-Request-Id': requestId })
-    return 500
+    const { reply } = x
+    if (reply.aborted) return status
+    try {
+      if (reply.finished) {
+        // The stream's head is out: no JSON answer is possible any more; end it (or drop the socket).
+        if (x.sink) x.sink.end()
+        else reply.close()
+        return status
+      }
+      const body = known ? error.body() : { code, message: 'Unexpected server error', requestId: x.requestId }
+      reply.error(status, serializeErrorBody(body), { 'X-Request-Id': x.requestId, ...(known ? error.headers : {}) }, x.head?.closeConnection)
+    } catch (secondary) {
+      this.fault(x, secondary)
+    }
+    return status
+  }
+
+  private finish(x: Exchange, status: number) {
+    const labels = { route: x.route, method: x.head?.method ?? 'unknown' }
+    this.options.metrics.httpRequests.inc({ ...labels, status: String(status) })
+    this.options.metrics.httpDuration.observe(labels, Number(process.hrtime.bigint() - x.started) / 1e9)
+  }
+
+  /** A throw where no answer can carry it (uWS callbacks, a stream's writer): logged, counted, contained. */
+  private fault(x: Exchange, error: unknown) {
+    try {
+      this.options.logger.error('request fault', { requestId: x.requestId, route: x.route, error })
+      this.options.metrics.httpErrors.inc({ status: '500', code: 'FAULT' })
+    } catch {
+      // nothing left to tell
+    }
   }
 }
 
-function parseJson(body: Buffer): unknown {
-  if (body.length === 0) return undefined
-  try {
-    return JSON.parse(body.toString('utf8'))
-  } catch {
-    throw new ApiError(400, 'INVALID_JSON', 'The request body is not valid JSON')
+/** Listens an app; the port actually bound (port 0 picks a free one). */
+function listenApp(uws: UwsModule, app: TemplatedApp, port: number, host: string): Promise<{ socket: us_listen_socket; port: number }> {
+  return new Promise((resolve, reject) => {
+    app.listen(host, port, socket => {
+      if (!socket) return reject(new Error(`Could not listen on ${host}:${port}`))
+      resolve({ socket, port: uws.us_socket_local_port(socket as any) })
+    })
+  })
+}
+
+/**
+ * Prometheus metrics (and a copy of /healthz for probes) on their own listener, by default on
+ * loopback: the API port is public and /metrics names routes, queue depths and volumes.
+ */
+export class MetricsListener {
+  private readonly app: TemplatedApp
+  private listenSocket: us_listen_socket | null = null
+
+  constructor(private readonly uws: UwsModule, metrics: Metrics, health: () => Promise<{ status: number; body: unknown }>, logger: Logger) {
+    this.app = uws.App()
+    const guarded = (produce: (reply: Reply) => Promise<void>) => (res: HttpResponse, _req: HttpRequest) => {
+      const reply = new Reply(res, error => logger.error('metrics listener fault', { error }))
+      const fail = (error: unknown) => {
+        logger.error('metrics listener failed', { error })
+        reply.error(500, serializeErrorBody({ code: 'INTERNAL', message: 'Unexpected server error' }), {})
+      }
+      try {
+        produce(reply).catch(fail)
+      } catch (error) {
+        fail(error)
+      }
+    }
+    this.app.get(
+      '/metrics',
+      guarded(async reply => reply.send(200, await metrics.registry.metrics(), { 'Content-Type': metrics.registry.contentType })),
+    )
+    this.app.get(
+      '/healthz',
+      guarded(async reply => {
+        const { status, body } = await health()
+        reply.json(status, body)
+      }),
+    )
+    this.app.any(
+      '/*',
+      guarded(async reply => reply.error(404, serializeErrorBody({ code: 'NOT_FOUND', message: 'This listener serves /metrics and /healthz' }), {})),
+    )
+  }
+
+  async listen(port: number, host: string): Promise<number> {
+    const { socket, port: bound } = await listenApp(this.uws, this.app, port, host)
+    this.listenSocket = socket
+    return bound
+  }
+
+  close() {
+    if (this.listenSocket) this.uws.us_listen_socket_close(this.listenSocket)
+    this.listenSocket = null
   }
 }
+

@@ -6,7 +6,19 @@ import type { StreamSink } from './routes.js'
 /** The part of a frame shared by every consumer of one event: `event:` and `data:` lines. */
 export function eventBody(event: string, data: unknown): string {
   // JSON.stringify escapes newlines, so one `data:` line always carries the whole payload.
-  return `event: ${event}\ndata: ${JSON.stringify(data ?? {})}\n\n`
+  return `event: ${event}\ndata: ${serializeEventData(data)}\n\n`
+}
+
+/**
+ * Event payloads come from stored session state; one that cannot be serialized (too deep, a
+ * BigInt) must not break the writer of every consumer: it is replaced by an error payload.
+ */
+function serializeEventData(data: unknown): string {
+  try {
+    return JSON.stringify(data ?? {})
+  } catch {
+    return '{"code":"EVENT_NOT_SERIALIZABLE","message":"This event\'s payload could not be serialized"}'
+  }
 }
 
 export const frame = (id: number, body: string) => `id: ${id}\n${body}`
@@ -32,6 +44,8 @@ export interface SseStreamOptions {
   /** Id of the heartbeat frame: the last event the consumer was sent (a heartbeat is no event). */
   currentId: () => number
   onDropped: () => void
+  /** Hears a throw from this stream's timers (heartbeat, coalesced flush); the stream is ended. */
+  onFault?: (error: unknown) => void
 }
 
 /** Streams with frames waiting for the end of the current macrotask. */
@@ -42,7 +56,9 @@ function flushAll() {
   flushScheduled = false
   const streams = [...pendingFlush]
   pendingFlush.clear()
-  for (const stream of streams) stream.flush()
+  // One stream's fault ends that stream only (its client resumes with Last-Event-ID); this runs
+  // from setImmediate, where a throw would be an uncaught exception.
+  for (const stream of streams) stream.guarded(() => stream.flush())
 }
 
 /**
@@ -59,7 +75,7 @@ export class SseStream {
   lastWrittenId = 0
 
   constructor(readonly sink: StreamSink, private readonly options: SseStreamOptions) {
-    this.heartbeat = setInterval(() => this.send(this.options.currentId(), this.options.heartbeatBody), options.heartbeatMs)
+    this.heartbeat = setInterval(() => this.guarded(() => this.send(this.options.currentId(), this.options.heartbeatBody)), options.heartbeatMs)
     this.heartbeat.unref()
     sink.onClose(() => {
       clearInterval(this.heartbeat)
@@ -70,6 +86,24 @@ export class SseStream {
 
   get closed() {
     return this.sink.closed
+  }
+
+  /** Runs `work` for this stream from a timer: a throw is reported and ends this stream only. */
+  guarded(work: () => void) {
+    try {
+      work()
+    } catch (error) {
+      if (this.options.onFault) this.options.onFault(error)
+      else this.sink.reportFault?.(error)
+      clearInterval(this.heartbeat)
+      this.pending = ''
+      pendingFlush.delete(this)
+      try {
+        this.sink.end()
+      } catch {
+        // the sink is already unusable; its close listeners ran or will run on abort
+      }
+    }
   }
 
   /** True when the client went away on its own (not ended by us). */

@@ -25,6 +25,28 @@ export interface Config {
   apiKeys: string
   maxBodyBytes: number
   maxUploadBytes: number
+  /** The public edge's own limits and hygiene (README "Edge limits and hygiene"). */
+  edge: {
+    /** JSON bodies nesting objects/arrays deeper than this answer 400 JSON_TOO_DEEP, before parsing. */
+    maxJsonDepth: number
+    /** Longer URLs (path + query) answer 414; larger header sets answer 431 (when uWS parsed the head). */
+    maxUrlBytes: number
+    maxHeaderBytes: number
+    /** /metrics (and a copy of /healthz) listen here, not on the API port; null = no metrics listener. */
+    metricsPort: number | null
+    metricsHost: string
+    /** Unknown keys one address may present per window before it is answered 429; 0 = no limit. */
+    authFailureLimit: number
+    authFailureWindowMs: number
+    /** Addresses whose failures are remembered at most (LRU). */
+    authFailureTrackedAddresses: number
+    /** Peers (reverse proxies) whose X-Forwarded-For names the client address. */
+    trustedProxies: string[]
+    keyCache: { max: number; ttlMs: number; negativeTtlMs: number }
+    /** uncaughtException: the process keeps serving until this many within the window (main.ts). */
+    uncaughtExceptionLimit: number
+    uncaughtExceptionWindowMs: number
+  }
   dialer: {
     maxActiveContacts: number
     chunkSize: number
@@ -170,6 +192,24 @@ export function loadConfig(env: Env = process.env): Config {
     apiKeys: env.API_KEYS ?? '',
     maxBodyBytes: int(env, 'MAX_BODY_BYTES', 5 * 1024 * 1024, 1024),
     maxUploadBytes: int(env, 'MAX_UPLOAD_BYTES', 1024 * 1024 * 1024, 1024),
+    edge: {
+      maxJsonDepth: int(env, 'MAX_JSON_DEPTH', 64, 1),
+      maxUrlBytes: int(env, 'MAX_URL_BYTES', 8 * 1024, 256),
+      maxHeaderBytes: int(env, 'MAX_HEADER_BYTES', 16 * 1024, 1024),
+      metricsPort: metricsPort(env, port),
+      metricsHost: env.METRICS_HOST || '127.0.0.1',
+      authFailureLimit: int(env, 'AUTH_FAILURE_LIMIT', 20, 0),
+      authFailureWindowMs: int(env, 'AUTH_FAILURE_WINDOW_MS', 60_000, 1000),
+      authFailureTrackedAddresses: int(env, 'AUTH_FAILURE_TRACKED_ADDRESSES', 10_000, 1),
+      trustedProxies: (env.TRUSTED_PROXIES ?? '').split(',').map(a => a.trim()).filter(Boolean),
+      keyCache: {
+        max: int(env, 'KEY_CACHE_MAX', 10_000, 1),
+        ttlMs: int(env, 'KEY_CACHE_TTL_MS', 10_000, 0),
+        negativeTtlMs: int(env, 'KEY_CACHE_NEGATIVE_TTL_MS', 2_000, 0),
+      },
+      uncaughtExceptionLimit: int(env, 'UNCAUGHT_EXCEPTION_LIMIT', 10, 1),
+      uncaughtExceptionWindowMs: int(env, 'UNCAUGHT_EXCEPTION_WINDOW_MS', 60_000, 1000),
+    },
     dialer: {
       maxActiveContacts: int(env, 'DIALER_MAX_ACTIVE_CONTACTS', 1_000_000, 1),
       chunkSize: int(env, 'DIALER_CHUNK_SIZE', 250, 1),
@@ -226,6 +266,20 @@ export function loadConfig(env: Env = process.env): Config {
     reportsFile: env.REPORTS_FILE || 'config/reports.json',
     logLevel: oneOf(env, 'LOG_LEVEL', ['debug', 'info', 'warn', 'error', 'silent'] as const, 'info'),
   }
+}
+
+/**
+ * METRICS_PORT: a port, or "off". Unset: 9464 (the Prometheus exporter convention), except when
+ * PORT is 0 (tests, benchmarks: any free port), where the metrics port is any free port too.
+ */
+function metricsPort(env: Env, apiPort: number): number | null {
+  const raw = env.METRICS_PORT
+  if (raw === 'off') return null
+  if (raw === undefined || raw === '') return apiPort === 0 ? 0 : 9464
+  const value = int(env, 'METRICS_PORT', 9464)
+  if (value > 65535) throw new ConfigError(`METRICS_PORT must be at most 65535 or "off", got ${value}`)
+  if (value !== 0 && value === apiPort) throw new ConfigError('METRICS_PORT must differ from PORT: metrics are not served on the API port')
+  return value
 }
 
 /** DIALER_PROVIDERS: "channel=provider,..." over the defaults (all simulated); checked at start. */

@@ -6,6 +6,11 @@ export interface Metrics {
   registry: Registry
   httpRequests: Counter<'route' | 'method' | 'status'>
   httpDuration: Histogram<'route' | 'method'>
+  /** Error answers by status and error code (FAULT: a throw contained where no answer could carry it). */
+  httpErrors: Counter<'status' | 'code'>
+  /** uncaughtException / unhandledRejection reaching the process (see main.ts). */
+  processErrors: Counter<'kind'>
+  apiKeyCacheEntries: Gauge<'kind'>
   queueDepth: Gauge<'queue'>
   operationsInFlight: Gauge<'kind'>
   chunksProcessed: Counter<'outcome'>
@@ -32,6 +37,24 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       help: 'HTTP request latency by route template (until the response is complete or the stream opens)',
       labelNames: ['route', 'method'],
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers,
+    }),
+    httpErrors: new Counter({
+      name: 'switchboard_http_errors_total',
+      help: 'Error answers by status and error code; code FAULT counts throws contained where no answer could carry them',
+      labelNames: ['status', 'code'],
+      registers,
+    }),
+    processErrors: new Counter({
+      name: 'switchboard_process_errors_total',
+      help: 'Errors that reached the process: uncaught_exception, unhandled_rejection',
+      labelNames: ['kind'],
+      registers,
+    }),
+    apiKeyCacheEntries: new Gauge({
+      name: 'switchboard_api_key_cache_entries',
+      help: 'API-key lookups cached by this process: known keys and (briefly) unknown ones',
+      labelNames: ['kind'],
       registers,
     }),
     queueDepth: new Gauge({

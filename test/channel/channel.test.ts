@@ -198,12 +198,12 @@ t.test('hearthbeat every SSE_HEARTBEAT_MS', async t => {
 })
 
 t.test('streams and disconnects are counted in metrics', async t => {
-  const { base } = await startTestService(t)
+  const { base, metricsBase } = await startTestService(t)
   const { stream, sessionId } = await createSession(base)
   const listener = (await openSse(base, 'POST', `${CHANNEL}/${sessionId}/listen`)).stream!
   await listener.next('session.consumer.attached')
   const metric = async (name: string) => {
-    const text = await (await fetch(`${base}/metrics`)).text()
+    const text = await (await fetch(`${metricsBase}/metrics`)).text()
     return Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? NaN)
   }
   t.equal(await metric('switchboard_sse_streams_open'), 2)

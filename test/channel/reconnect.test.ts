@@ -15,9 +15,9 @@ async function listener(base: string, sessionId: string, query = '', headers: Re
   return opened.stream
 }
 
-async function closedOnServer(base: string, count: number) {
+async function closedOnServer(metricsBase: string, count: number) {
   for (let i = 0; i < 100; i++) {
-    const text = await (await fetch(`${base}/metrics`)).text()
+    const text = await (await fetch(`${metricsBase}/metrics`)).text()
     if (Number(/^switchboard_sse_client_disconnects_total (\S+)$/m.exec(text)?.[1]) >= count) return
     await sleep(10)
   }
@@ -30,14 +30,14 @@ async function aTurn(base: string, sessionId: string, consumerId: string, watche
 }
 
 t.test('Last-Event-ID resumes a consumer: attached first, then the missed events with their original ids, then live', async t => {
-  const { base } = await startTestService(t)
+  const { base, metricsBase } = await startTestService(t)
   const { stream, sessionId, consumerId } = await createSession(base)
   await stream.next('crew.status.waiting')
   const first = await listener(base, sessionId)
   const attached = await first.next('session.consumer.attached')
   const listenerId = attached.data.consumerId
   first.close()
-  await closedOnServer(base, 1)
+  await closedOnServer(metricsBase, 1)
 
   await aTurn(base, sessionId, consumerId, stream)
   const missed = stream.events.filter(e => e.event !== 'hearthbeat' && Number(e.id) > Number(attached.id))
@@ -76,13 +76,13 @@ t.test('Last-Event-ID without a consumerId: a new consumer that starts after tha
 })
 
 t.test('a gap the log cannot fill is said once, then what is left is replayed', async t => {
-  const { base } = await startTestService(t, { env: { SSE_REPLAY_BUFFER_EVENTS: '3' } })
+  const { base, metricsBase } = await startTestService(t, { env: { SSE_REPLAY_BUFFER_EVENTS: '3' } })
   const { stream, sessionId, consumerId } = await createSession(base)
   await stream.next('crew.status.waiting')
   const first = await listener(base, sessionId)
   const attached = await first.next('session.consumer.attached')
   first.close()
-  await closedOnServer(base, 1)
+  await closedOnServer(metricsBase, 1)
   await aTurn(base, sessionId, consumerId, stream, 'a longer message with many words')
   const lastId = Number(stream.events.at(-1)!.id)
 
@@ -129,12 +129,12 @@ t.test('resume edge cases', async t => {
 })
 
 t.test('eventsource-client listens and tracks Last-Event-ID; a new client resumes from it', async t => {
-  const { base } = await startTestService(t)
+  const { base, metricsBase } = await startTestService(t)
   const { stream, sessionId, consumerId } = await createSession(base)
   const first = await listener(base, sessionId)
   const listenerId = (await first.next('session.consumer.attached')).data.consumerId
   first.close()
-  await closedOnServer(base, 1)
+  await closedOnServer(metricsBase, 1)
 
   const seen: { event?: string; id?: string; data: string }[] = []
   const es = createEventSource({
@@ -212,7 +212,7 @@ function framesOf(raw: string) {
 }
 
 t.test('a slow consumer is dropped with reconnect_required; nobody else waits; it can resume', async t => {
-  const { base, service } = await startTestService(t, { env: { SSE_CONSUMER_BUFFER_BYTES: '4096' } })
+  const { base, metricsBase, service } = await startTestService(t, { env: { SSE_CONSUMER_BUFFER_BYTES: '4096' } })
   const { stream, sessionId } = await createSession(base)
   const slow = await stalledListener(service.port, sessionId)
   const slowId = framesOf(slow.head).find(f => f.event === 'session.consumer.attached')!.data.consumerId
@@ -225,7 +225,7 @@ t.test('a slow consumer is dropped with reconnect_required; nobody else waits; i
     const answers = await Promise.all(batch.map(n => call(base, 'PUT', `${ADMIN}/${sessionId}/impersonate`, { body: { text: `${n} ${text}` }, headers: admin })))
     for (const res of answers) if (res.status !== 200) throw new Error(`impersonate ${res.status}`)
     sent += batch.length
-    const metrics = await (await fetch(`${base}/metrics`)).text()
+    const metrics = await (await fetch(`${metricsBase}/metrics`)).text()
     dropped = Number(/^switchboard_sse_slow_consumers_dropped_total (\S+)$/m.exec(metrics)?.[1]) >= 1
   }
   t.ok(dropped, `dropped after ${sent} large events`)

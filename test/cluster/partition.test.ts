@@ -103,7 +103,7 @@ t.test('an engine node and a worker partitioned from NATS, then healed', async t
 
   /** The node's own count of live sessions (its /metrics, over HTTP: not partitioned). */
   const liveOn = async (p: Proc) => {
-    const text = await (await fetch(`${p.base}/metrics`)).text()
+    const text = await (await fetch(`${p.metricsBase}/metrics`)).text()
     return Number(/switchboard_sessions_live\{crew="demo"\} (\d+)/.exec(text)?.[1] ?? 0)
   }
   const say = async (s: Session, text: string) => {

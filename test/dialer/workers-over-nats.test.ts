@@ -25,7 +25,7 @@ const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
 
 
 async function chunksProcessed(proc: Proc): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${proc.port}/metrics`)).text()
+  const text = await (await fetch(`${proc.metricsBase}/metrics`)).text()
   const match = /switchboard_dialer_chunks_processed_total\{outcome="ok"\} (\d+)/.exec(text)
   return match ? Number(match[1]) : 0
 }
@@ -56,7 +56,7 @@ t.test('loads through a gateway, applied by two worker processes, one killed -9 
   t.match(gh, { role: 'gateway', bus: 'nats', store: 'mongo', dialerWorkers: false })
   t.match(w1h, { role: 'worker', bus: 'nats', modules: ['dialer'], dialerWorkers: true })
   t.equal((await call(`http://127.0.0.1:${worker1.port}`, 'GET', '/dialer/v1/batches')).status, 404, 'a worker serves no API routes')
-  t.equal((await fetch(`http://127.0.0.1:${worker1.port}/metrics`)).status, 200, 'a worker serves /metrics')
+  t.equal((await fetch(`${worker1.metricsBase}/metrics`)).status, 200, 'a worker serves /metrics (on its metrics listener)')
   t.comment(`processes ready after ${Date.now() - started} ms`)
 
   const base = `http://127.0.0.1:${gateway.port}`

@@ -13,8 +13,8 @@ import { OWNERS_BUCKET } from '../../engine/ownership.js'
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 const SESSIONS = 8
 
-async function liveSessions(base: string): Promise<number> {
-  const text = await (await fetch(`${base}/metrics`)).text()
+async function liveSessions(metricsBase: string): Promise<number> {
+  const text = await (await fetch(`${metricsBase}/metrics`)).text()
   return [...text.matchAll(/^switchboard_sessions_live\{[^}]*\} (\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0)
 }
 
@@ -29,12 +29,12 @@ t.test('two engine nodes behind one gateway over NATS', async t => {
   const health = await call(e1.base, 'GET', '/healthz', { key: null })
   t.match(health.json, { role: 'engine', bus: 'nats', modules: ['engine'], engineNode: String })
   t.equal((await call(e1.base, 'POST', `${CHANNEL}/demo`, { body: {} })).status, 404, 'an engine node serves no API routes')
-  t.equal((await fetch(`${e1.base}/metrics`)).status, 200, 'an engine node serves /metrics')
+  t.equal((await fetch(`${e1.metricsBase}/metrics`)).status, 200, 'an engine node serves /metrics (on its metrics listener)')
   await sleep(300) // the gateway has seen both heartbeats
 
   const sessions = []
   for (let i = 0; i < SESSIONS; i++) sessions.push(await createSession(gw.base, { body: { arguments: { name: `U${i}` } } }))
-  const [on1, on2] = [await liveSessions(e1.base), await liveSessions(e2.base)]
+  const [on1, on2] = [await liveSessions(e1.metricsBase), await liveSessions(e2.metricsBase)]
   t.equal(on1 + on2, SESSIONS, 'every session lives on one engine node')
   t.ok(on1 >= 2 && on2 >= 2, `sessions spread over both nodes (${on1} / ${on2})`)
 

@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'
 import type { Clock } from '../../platform/clock.js'
+import type { Logger } from '../../platform/logger.js'
 import { startService, type RunningService } from '../../service.js'
 
 export const KEYS = {
@@ -25,6 +26,8 @@ export const STORES: StoreKind[] = ['memory', 'mongo']
 
 export interface TestService {
   base: string
+  /** The metrics listener (METRICS_PORT, any free port in tests): /metrics is not on the API port. */
+  metricsBase: string
   service: RunningService
   mongoUrl?: string
   close(): Promise<void>
@@ -54,7 +57,7 @@ export async function mongoUrlFor(t: Teardown): Promise<string> {
 
 export async function startTestService(
   t: Teardown,
-  options: { store?: StoreKind; env?: Record<string, string>; clock?: Clock } = {},
+  options: { store?: StoreKind; env?: Record<string, string>; clock?: Clock; logger?: Logger } = {},
 ): Promise<TestService> {
   const mongoUrl = options.store === 'mongo' ? await mongoUrlFor(t) : undefined
   const config = loadConfig({
@@ -66,8 +69,9 @@ export async function startTestService(
     ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}),
     ...options.env,
   })
-  const service = await startService(config, { clock: options.clock, logger: createLogger('silent') })
+  const service = await startService(config, { clock: options.clock, logger: options.logger ?? createLogger('silent') })
   const base = `http://127.0.0.1:${service.port}`
+  const metricsBase = `http://127.0.0.1:${service.metricsPort}`
   let closed = false
   const close = async () => {
     if (closed) return
@@ -75,7 +79,7 @@ export async function startTestService(
     await service.close()
   }
   t.teardown(close)
-  return { base, service, mongoUrl, close }
+  return { base, metricsBase, service, mongoUrl, close }
 }
 
 /** fetch with an API key and JSON body; returns status, headers and parsed JSON. */

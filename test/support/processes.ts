@@ -46,6 +46,8 @@ export interface Proc {
   name: string
   port: number
   base: string
+  /** The process's metrics listener (METRICS_PORT on loopback). */
+  metricsBase: string
   child: ChildProcess
   output: () => string
   exited: Promise<void>
@@ -67,17 +69,18 @@ export async function startProcess(t: Teardown | undefined, name: string, env: R
   let output = ''
   const launch = async () => {
     const port = await freePort()
+    const metricsPort = await freePort()
     const child = spawn(process.execPath, args, {
       cwd: ROOT,
       // Transpile only (tsc type-checks the code base), as tap runs the tests.
-      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', TS_NODE_TRANSPILE_ONLY: '1', ...env, PORT: String(port), HOST: '127.0.0.1' },
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', TS_NODE_TRANSPILE_ONLY: '1', ...env, PORT: String(port), HOST: '127.0.0.1', METRICS_PORT: String(metricsPort) },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     for (const stream of [child.stdout!, child.stderr!]) {
       stream.setEncoding('utf8')
       stream.on('data', (chunk: string) => (output = (output + chunk).slice(-64 * 1024)))
     }
-    return { port, base: `http://127.0.0.1:${port}`, child, exited: new Promise<void>(resolve => child.once('exit', () => resolve())) }
+    return { port, base: `http://127.0.0.1:${port}`, metricsBase: `http://127.0.0.1:${metricsPort}`, child, exited: new Promise<void>(resolve => child.once('exit', () => resolve())) }
   }
   const proc: Proc = {
     name,
@@ -128,7 +131,7 @@ export async function waitHealthy(proc: Proc, timeoutMs = 45_000): Promise<Recor
 
 /** switchboard_dialer_chunks_processed_total{outcome="ok"} of a worker process. */
 export async function chunksProcessed(proc: Proc): Promise<number> {
-  const text = await (await fetch(`${proc.base}/metrics`)).text()
+  const text = await (await fetch(`${proc.metricsBase}/metrics`)).text()
   const match = /switchboard_dialer_chunks_processed_total\{outcome="ok"\} (\d+)/.exec(text)
   return match ? Number(match[1]) : 0
 }
