@@ -89,7 +89,7 @@ t.test('an error echoing a 10,000-deep value answers, bounded, and the process l
   })
   t.equal(res.status, 400)
   t.equal(res.json.code, 'VALIDATION_FAILED')
-  t.match(res.text, /\[truncated\]/, 'the echoed value is cut at a bounded depth')
+  t.notMatch(res.text, /received/, 'the deep value is not echoed (the validator leaves large values out; the gateway would cut what it got)')
   t.ok(res.text.length < 300 * 1024, 'the error body is bounded')
   // A huge string echoed in an error is cut too.
   const long = await call(base, 'POST', '/dialer/v1/batches', { body: { name: 'x', channel: 'y'.repeat(1_000_000), duplicateStrategy: 'merge' } })
