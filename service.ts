@@ -99,6 +99,8 @@ export async function startService(config: Config, overrides: ServiceOverrides =
         modules: modules.map(m => m.name),
         dialerWorkers,
         ...(engine?.node ? { engineNode: engine.node.nodeId } : {}),
+        // Live sessions whose state is no longer saved (their store writes kept failing).
+        ...(engine?.host ? { sessionsNotPersisted: engine.host.sessionsNotPersisted } : {}),
       },
     }
   }

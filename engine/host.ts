@@ -174,6 +174,25 @@ export class SessionHost {
     return { unsubscribe: () => live.listeners.delete(listener) }
   }
 
+  /** Live sessions of this process whose write-behind gave up (see SessionWriter). */
+  private readonly notPersisted = new Set<string>()
+
+  /** How many live sessions are no longer being saved (reported by /healthz). */
+  get sessionsNotPersisted(): number {
+    return this.notPersisted.size
+  }
+
+  private markNotPersisted(live: LiveSession) {
+    this.notPersisted.add(live.id)
+    this.options.platform.metrics.sessionsPersistenceStopped.set(this.notPersisted.size)
+  }
+
+  /** The session left this process (ended, dropped or handed over). */
+  private released(live: LiveSession) {
+    this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
+    if (this.notPersisted.delete(live.id)) this.options.platform.metrics.sessionsPersistenceStopped.set(this.notPersisted.size)
+  }
+
   private register(id: string, accountId: string, crew: Crew, actor: Actor<typeof sessionMachine>, consumers: string[]): LiveSession {
     const live: LiveSession = {
       id,
@@ -190,6 +209,7 @@ export class SessionHost {
           snapshot: () => this.snapshotWrite(live),
           fence: () => this.fenceOf(id),
           lost: why => this.drop(live, why),
+          persistenceStopped: () => this.markNotPersisted(live),
         },
         {
           store: this.store,
@@ -197,6 +217,8 @@ export class SessionHost {
           logger: this.options.platform.logger,
           fenced: !!this.options.leases,
           stopping: () => this.stopped,
+          maxFailures: this.options.platform.config.engine.persistMaxFailures,
+          onFailure: () => this.options.platform.metrics.sessionPersistenceFailures.inc(),
         },
       ),
       idleTimer: null,
@@ -273,10 +295,19 @@ export class SessionHost {
         return this.history(live, command.after, command.limit)
       case 'query.snapshot':
         return this.snapshotOf(live)
-      case 'consumer.attach':
+      case 'consumer.attach': {
+        if (live.consumers.has(command.consumerId)) return { consumerId: command.consumerId }
+        // Bounded: every listen mints a consumer id, so a long session would collect them
+        // without end; the oldest (most likely long gone) is forgotten first.
+        const max = this.options.platform.config.engine.maxConsumerIdsPerSession
         live.consumers.add(command.consumerId)
-        await this.store.addConsumer(live.id, command.consumerId)
+        for (const oldest of live.consumers) {
+          if (live.consumers.size <= max) break
+          live.consumers.delete(oldest)
+        }
+        await this.store.addConsumer(live.id, command.consumerId, max)
         return { consumerId: command.consumerId }
+      }
       case 'user.message':
         if (!live.consumers.has(command.consumerId)) {
           throw new ApiError(400, 'UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
@@ -473,7 +504,7 @@ export class SessionHost {
     this.events.forget(live.id)
     live.listeners.clear()
     this.live.delete(live.id)
-    this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
+    this.released(live)
     // Resources released: the log and the snapshot go; a tombstone says it was destroyed.
     live.cleanup = (async () => {
       await live.writer.flushed()
@@ -622,7 +653,7 @@ export class SessionHost {
     live.writer.discard()
     live.actor.stop()
     if (this.live.get(live.id) === live) this.live.delete(live.id)
-    this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
+    this.released(live)
     this.options.leases?.unloaded(live.id, 'dropped')
   }
 
@@ -653,7 +684,7 @@ export class SessionHost {
     live.listeners.clear()
     live.actor.stop()
     if (this.live.get(live.id) === live) this.live.delete(live.id)
-    this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
+    this.released(live)
     return live.accountId
   }
 
@@ -666,7 +697,7 @@ export class SessionHost {
       await live.writer.flushed()
       live.finished = true
       live.actor.stop()
-      this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
+      this.released(live)
     }
     this.live.clear()
     await Promise.all(this.cleanups)

@@ -127,8 +127,9 @@ export class SessionStore {
     })
   }
 
-  async addConsumer(sessionId: string, consumerId: string) {
-    await this.sessions.updateOne({ _id: sessionId }, { $addToSet: { consumers: consumerId } })
+  async addConsumer(sessionId: string, consumerId: string, keep: number) {
+    // The newest `keep` ids stay (the caller adds only an id the session does not have yet).
+    await this.sessions.updateOne({ _id: sessionId }, { $push: { consumers: { $each: [consumerId], $slice: -keep } } })
   }
 
   async appendLog(sessionId: string, entries: HistoryEntry[]) {

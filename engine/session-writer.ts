@@ -18,6 +18,8 @@ export interface WrittenSession {
   fence(): number | undefined
   /** Another node may own the session now: the host lets it go without touching the store. */
   lost(why: string): void
+  /** Writing kept failing and has stopped: the host marks the session and says so. */
+  persistenceStopped(error: unknown): void
 }
 
 export interface SessionWriterOptions {
@@ -28,7 +30,14 @@ export interface SessionWriterOptions {
   fenced: boolean
   /** The host is stopping: a failed write is not retried. */
   stopping(): boolean
+  /** Consecutive failed writes after which the writer stops (backoff doubles from 250 ms, ≤ 10 s). */
+  maxFailures: number
+  /** Counts each failed write (a metric). */
+  onFailure(): void
 }
+
+const FIRST_RETRY_MS = 250
+const MAX_RETRY_MS = 10_000
 
 export class SessionWriter {
   private pending: HistoryEntry[] = []
@@ -36,6 +45,9 @@ export class SessionWriter {
   private flushing: Promise<void> | null = null
   /** A snapshot write waits for the reply in progress to finish (snapshots are per turn). */
   private snapshotDue = false
+  private failures = 0
+  /** Gave up after maxFailures: nothing more is written for this session. */
+  private stopped = false
 
   constructor(
     private readonly session: WrittenSession,
@@ -55,6 +67,7 @@ export class SessionWriter {
 
   /** Writes what is pending and the snapshot, soon. */
   schedule() {
+    if (this.stopped) return
     this.dirty = true
     if (!this.flushing) this.flushing = this.persist().finally(() => (this.flushing = null))
   }
@@ -106,11 +119,24 @@ export class SessionWriter {
           session.lost('fenced: another node took the session over')
           return
         }
+        this.failures = 0
       } catch (error) {
-        logger.error('session persistence failed', { sessionId: session.id, error })
+        this.options.onFailure()
+        this.failures++
         this.pending.unshift(...entries)
+        if (this.failures >= this.options.maxFailures) {
+          // A store that refuses the same write this often will not take it on the next try
+          // either (or is down for longer than a session should wait): stop, and say so once.
+          this.stopped = true
+          this.dirty = false
+          this.pending = []
+          logger.error('session persistence stopped after repeated failures', { sessionId: session.id, failures: this.failures, error })
+          session.persistenceStopped(error)
+          return
+        }
+        if (this.failures === 1) logger.warn('session persistence failed; retrying', { sessionId: session.id, error })
         this.dirty = true
-        await new Promise(resolve => setTimeout(resolve, 250))
+        await new Promise(resolve => setTimeout(resolve, Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** (this.failures - 1))))
         if (this.options.stopping()) return
       }
     }

@@ -112,6 +112,10 @@ export interface Config {
     drainTimeoutMs: number
     /** How often a session host closes orphans: sessions live in the store, on no node, past their idle deadline. */
     reaperIntervalMs: number
+    /** Consecutive failed write-behind attempts after which a session's persistence stops. */
+    persistMaxFailures: number
+    /** Consumer ids a session remembers (over every gateway); past it the oldest is forgotten. */
+    maxConsumerIdsPerSession: number
   }
   crewsFile: string
   reportsFile: string
@@ -261,6 +265,8 @@ export function loadConfig(env: Env = process.env): Config {
       requestTimeoutMs: int(env, 'ENGINE_REQUEST_TIMEOUT_MS', 15_000, 100),
       drainTimeoutMs: int(env, 'ENGINE_DRAIN_TIMEOUT_MS', 10_000, 0),
       reaperIntervalMs: int(env, 'ENGINE_REAPER_INTERVAL_MS', 60_000, 10),
+      persistMaxFailures: int(env, 'ENGINE_PERSIST_MAX_FAILURES', 8, 1),
+      maxConsumerIdsPerSession: int(env, 'ENGINE_MAX_CONSUMER_IDS_PER_SESSION', 64, 1),
     },
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',

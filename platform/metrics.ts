@@ -18,6 +18,10 @@ export interface Metrics {
   sseClientDisconnects: Counter
   sseSlowConsumersDropped: Counter
   sessionsLive: Gauge<'crew'>
+  /** Failed write-behind attempts of live sessions (each retry counts). */
+  sessionPersistenceFailures: Counter
+  /** Live sessions whose write-behind gave up: their state is no longer being saved. */
+  sessionsPersistenceStopped: Gauge
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -90,6 +94,16 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       name: 'switchboard_sessions_live',
       help: 'Live assistant sessions hosted by this process, by crew',
       labelNames: ['crew'],
+      registers,
+    }),
+    sessionPersistenceFailures: new Counter({
+      name: 'switchboard_session_persistence_failures_total',
+      help: 'Failed write-behind attempts of live sessions (history, snapshot); each retry counts',
+      registers,
+    }),
+    sessionsPersistenceStopped: new Gauge({
+      name: 'switchboard_sessions_persistence_stopped',
+      help: 'Live sessions whose write-behind gave up after repeated failures: not saved any more',
       registers,
     }),
   }

@@ -1,0 +1,54 @@
+// A session whose store writes keep failing (issue 10: the write-behind once retried every
+// 250 ms forever): the writer backs off, gives up after ENGINE_PERSIST_MAX_FAILURES, says so in
+// /healthz and /metrics, and the session and the process keep serving.
+import t from 'tap'
+import { call, startTestService } from '../support/harness.js'
+import { CHANNEL, createSession } from '../support/sse.js'
+
+const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
+
+async function metric(metricsBase: string, name: string): Promise<number> {
+  const text = await (await fetch(`${metricsBase}/metrics`)).text()
+  const match = new RegExp(`^${name} (\\d+)`, 'm').exec(text)
+  return match ? Number(match[1]) : NaN
+}
+
+t.test('a session whose snapshot write always fails stops retrying and is reported', async t => {
+  const { base, metricsBase, service } = await startTestService(t, { env: { ENGINE_PERSIST_MAX_FAILURES: '3' } })
+  const { stream, sessionId, consumerId } = await createSession(base)
+  t.teardown(() => stream.close())
+
+  // The store refuses every snapshot write of this session (a value it cannot encode, a full disk).
+  const sessions = service.platform.store.collection('engine_sessions')
+  const updateOne = sessions.updateOne.bind(sessions)
+  sessions.updateOne = async (filter, update, options) => {
+    if (filter._id === sessionId) throw new Error('Maximum call stack size exceeded')
+    return updateOne(filter, update, options)
+  }
+
+  const sent = await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'hola' } })
+  t.equal(sent.status, 201)
+  await stream.next('assistant.message')
+
+  let health: any
+  for (let i = 0; i < 100; i++) {
+    health = (await call(base, 'GET', '/healthz', { key: null })).json
+    if (health.sessionsNotPersisted === 1) break
+    await sleep(50)
+  }
+  t.equal(health.sessionsNotPersisted, 1, '/healthz names the session count')
+  t.equal(await metric(metricsBase, 'switchboard_sessions_persistence_stopped'), 1)
+  const failures = await metric(metricsBase, 'switchboard_session_persistence_failures_total')
+  t.equal(failures, 3, 'three tries, then it stopped')
+  await sleep(1500)
+  t.equal(await metric(metricsBase, 'switchboard_session_persistence_failures_total'), failures, 'no retry after giving up')
+
+  // The conversation goes on; the process lives.
+  const again = await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'sigues ahí?' } })
+  t.equal(again.status, 201)
+  await stream.next('assistant.message')
+  const closed = await call(base, 'DELETE', `${CHANNEL}/${sessionId}`, { body: { reason: 'user_closed' } })
+  t.equal(closed.status, 201)
+  for (let i = 0; i < 50 && (await call(base, 'GET', '/healthz', { key: null })).json.sessionsNotPersisted !== 0; i++) await sleep(50)
+  t.equal((await call(base, 'GET', '/healthz', { key: null })).json.sessionsNotPersisted, 0, 'cleared once the session ended')
+})
