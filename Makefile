@@ -1,13 +1,14 @@
 # make run   - install, build and start the whole service in one process (embedded store, no external server)
 # make test  - install everything the tests need (npm and Debian packages) and run the whole suite
 # make bench - run the benchmarks in bench/ (figures go in README.md)
+# make fuzz  - the fuzz suite against a real process for FUZZ_SECONDS (default 600)
 
 SHELL := /bin/bash
 NPM_STAMP := node_modules/.install-stamp
 COVERAGE_MIN_LINES ?= 85
 DEV_API_KEYS := dev-key-change-me-000000=demo
 
-.PHONY: run build test test-deps bench clean keys
+.PHONY: run build test test-deps bench clean keys fuzz
 
 $(NPM_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund
@@ -29,6 +30,10 @@ test: $(NPM_STAMP) test-deps
 	npx tsc -p tsconfig.json --noEmit
 	npx tap --allow-incomplete-coverage --coverage-report=json-summary --coverage-report=text-summary
 	node .ci/coverage-gate.mjs $(COVERAGE_MIN_LINES)
+
+# The fuzz suite alone, as long as asked (FUZZ_SECONDS, default 600); FUZZ_SEED=<n> replays a run.
+fuzz: $(NPM_STAMP) test-deps
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-600} npx tap --disable-coverage --timeout=$$(( $${FUZZ_SECONDS:-600} + 300 )) test/fuzz/fuzz.test.ts
 
 # Each bench/<name>/run.ts runs with the same TypeScript loader tap uses; BENCH=name runs one.
 bench: $(NPM_STAMP) test-deps

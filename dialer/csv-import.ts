@@ -262,9 +262,9 @@ export class CsvImports {
     }
     await this.batches.update(batchId, { importErrorCount: errorCount })
     await this.operations.seal(operationId, chunkIndex, rows)
-    await this.loads.tryFinish(operationId)
     // Every row is in the load's chunks now: the file is no longer needed.
     await this.blobs.remove(tempCsvKey)
+    await this.loads.tryFinish(operationId)
   }
 
   /**

@@ -198,6 +198,30 @@ export class BodyStream implements AsyncIterable<Buffer> {
       this.wake = undefined
     }
   }
+
+  /**
+   * Reads and drops what is left of the body, up to `maxBytes` more and `ms`: an answer sent
+   * while the client still sends makes uWS close the connection under it (the client then sees
+   * a reset, not the answer). Past either bound the answer goes out anyway.
+   */
+  async drain(maxBytes: number, ms: number): Promise<void> {
+    const until = Date.now() + ms
+    const start = this.size
+    const timer = setTimeout(() => this.wake?.(), ms)
+    try {
+      while (!this.done && !this.error && this.size - start <= maxBytes && Date.now() < until) {
+        this.queue.length = 0
+        if (this.paused) {
+          this.paused = false
+          this.res.resume()
+        }
+        await new Promise<void>(resolve => (this.wake = resolve))
+        this.wake = undefined
+      }
+    } finally {
+      clearTimeout(timer)
+    }
+  }
 }
 
 const OPEN_BRACE = 0x7b

@@ -57,6 +57,9 @@ interface Exchange {
 
 const clip = (text: string, max = 256) => (text.length > max ? `${text.slice(0, max)}…` : text)
 
+/** How long an error answer waits for the rest of a request body still arriving (see register). */
+const EARLY_ANSWER_DRAIN_MS = 2000
+
 export class Gateway {
   private readonly app: TemplatedApp
   private listenSocket: us_listen_socket | null = null
@@ -118,7 +121,15 @@ export class Gateway {
             ? new BodyStream(res, head, this.options.maxUploadBytes)
             : readBody(res, head, this.options.maxBodyBytes)
         if (body instanceof Promise) body.catch(() => {}) // a 401 may answer before the body is read
-        return this.serve(route, x, body)
+        if (body === NO_BODY) return this.serve(route, x, body)
+        return this.serve(route, x, body).catch(async error => {
+          // An answer sent while the client still sends its body makes uWS close the connection
+          // under it, and the client sees a reset instead of our answer: read the rest first,
+          // within bounds (a JSON body is capped by maxBodyBytes already).
+          if (body instanceof BodyStream) await body.drain(this.options.maxBodyBytes, EARLY_ANSWER_DRAIN_MS)
+          else await Promise.race([body.catch(() => undefined), new Promise(r => setTimeout(r, EARLY_ANSWER_DRAIN_MS).unref())])
+          throw error
+        })
       }),
     )
   }

@@ -1,0 +1,290 @@
+// The fuzz suite (issue 10): property-based, over every operation of the published
+// /openapi.json, against a real service process over HTTP, plus raw sockets for what lies
+// below HTTP parsing. After every request: the process lives, no 5xx, every 4xx is JSON with
+// `code` and `message`, an answer within 5 s, no API key echoed, no other account's data, and
+// a body that matches the document where the document describes it. Valid flows still work at
+// the end.
+//
+//   FUZZ_SECONDS=60 (default 45 here; `make fuzz` runs 600)   FUZZ_SEED=<n> [FUZZ_PATH=<p>] to replay
+import t from 'tap'
+import fc from 'fast-check'
+import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js'
+import addFormats from 'ajv-formats'
+import { request } from 'node:http'
+import { connect } from 'node:net'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { API_KEYS, KEYS } from '../support/harness.js'
+import { startProcess, waitHealthy, type Proc } from '../support/processes.js'
+import { operationsOf, requestFor, type Fixtures, type FuzzRequest } from './hostile.js'
+
+const SECONDS = Number(process.env.FUZZ_SECONDS ?? 45)
+const SEED = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : Date.now() % 2 ** 31
+const PATH = process.env.FUZZ_PATH
+const ANSWER_WITHIN_MS = 5000
+const SECRETS = Object.values(KEYS)
+
+interface Answer {
+  status: number
+  contentType: string
+  text: string
+  ms: number
+}
+
+/** Sends one request exactly as generated; resolves with the answer, or a string saying why none came. */
+function send(port: number, r: FuzzRequest): Promise<Answer | string> {
+  const started = Date.now()
+  return new Promise(resolve => {
+    let req: ReturnType<typeof request>
+    try {
+      const headers: Record<string, string> = { ...r.headers }
+      // Framed explicitly: node sends a DELETE's body unframed unless told (then it is not HTTP).
+      if (r.body !== undefined) {
+        if (r.chunked) headers['transfer-encoding'] = 'chunked'
+        else headers['content-length'] = String(Buffer.byteLength(r.body))
+      }
+      req = request({ host: '127.0.0.1', port, method: r.method, path: r.path, headers, agent: false })
+    } catch (error) {
+      return resolve(`client refused to send: ${(error as Error).message}`) // node's own header/path checks
+    }
+    const timer = setTimeout(() => {
+      req.destroy()
+      resolve(`no answer within ${ANSWER_WITHIN_MS} ms`)
+    }, ANSWER_WITHIN_MS)
+    req.on('response', res => {
+      const contentType = String(res.headers['content-type'] ?? '')
+      const chunks: Buffer[] = []
+      const done = () => {
+        clearTimeout(timer)
+        resolve({ status: res.statusCode ?? 0, contentType, text: Buffer.concat(chunks).toString('utf8'), ms: Date.now() - started })
+      }
+      if (contentType.startsWith('text/event-stream')) {
+        // A stream stays open: take what arrives first, then hang up (a client going away).
+        res.once('data', (chunk: Buffer) => {
+          chunks.push(chunk)
+          req.destroy()
+          done()
+        })
+        return
+      }
+      res.on('data', (chunk: Buffer) => chunks.push(chunk))
+      res.on('end', done)
+      res.on('error', () => done())
+    })
+    req.on('error', error => {
+      clearTimeout(timer)
+      resolve(`connection failed: ${(error as Error).message}`)
+    })
+    if (r.body === undefined) return void req.end()
+    if (!r.chunked) return void req.end(r.body)
+    const middle = Math.floor(r.body.length / 2)
+    req.write(r.body.slice(0, middle))
+    setImmediate(() => req.end(r.body!.slice(middle)))
+  })
+}
+
+/** Answer schemas of the document, by "METHOD template status". */
+function responseValidators(doc: any): (op: string, status: number) => ValidateFunction | undefined {
+  const ajv = new Ajv2020({ strict: false, allErrors: false, validateFormats: true })
+  addFormats.default(ajv)
+  ajv.addSchema(doc, 'openapi.json')
+  const cache = new Map<string, ValidateFunction | undefined>()
+  return (op, status) => {
+    const key = `${op} ${status}`
+    if (cache.has(key)) return cache.get(key)
+    const [method, template] = op.split(' ') as [string, string]
+    const response = doc.paths[template]?.[method.toLowerCase()]?.responses?.[String(status)]
+    const schema = response?.content?.['application/json']?.schema
+    const pointer = `openapi.json#/paths/${template.replace(/~/g, '~0').replace(/\//g, '~1')}/${method.toLowerCase()}/responses/${status}/content/application~1json/schema`
+    const validate = schema ? ajv.compile({ $ref: pointer }) : undefined
+    cache.set(key, validate)
+    return validate
+  }
+}
+
+/** Why an answer breaks an invariant, or null. */
+function violation(r: FuzzRequest, answer: Answer | string, validatorFor: ReturnType<typeof responseValidators>): string | null {
+  if (typeof answer === 'string') return answer.startsWith('client refused') ? null : answer
+  if (answer.status >= 500) return `status ${answer.status}: ${answer.text.slice(0, 300)}`
+  for (const secret of SECRETS) if (answer.text.includes(secret)) return 'an API key was echoed in the answer'
+  if (r.crossAccount && answer.status < 300) return `another account's resource answered ${answer.status}`
+  if (answer.status >= 400) {
+    let body: any
+    try {
+      body = JSON.parse(answer.text)
+    } catch {
+      return `${answer.status} without a JSON body: ${answer.text.slice(0, 200)}`
+    }
+    if (typeof body?.code !== 'string' || typeof body?.message !== 'string') return `${answer.status} without code and message: ${answer.text.slice(0, 200)}`
+  }
+  if (answer.contentType.startsWith('application/json') && answer.text) {
+    const validate = validatorFor(r.operation, answer.status)
+    if (validate && !validate(JSON.parse(answer.text))) return `${answer.status} body does not match /openapi.json: ${JSON.stringify(validate.errors?.slice(0, 2))}`
+  }
+  return null
+}
+
+async function json(base: string, method: string, path: string, body?: unknown, key: string = KEYS.acme) {
+  const res = await fetch(base + path, { method, headers: { apikey: key, 'content-type': 'application/json', userid: 'fuzz-setup' }, body: body === undefined ? undefined : JSON.stringify(body) })
+  const text = await res.text()
+  return { status: res.status, json: text ? JSON.parse(text) : undefined }
+}
+
+/** A session of `key`'s account: its ids once Initialized arrived (the stream is then closed; the session lives on). */
+async function openSession(base: string, key: string) {
+  const controller = new AbortController()
+  const res = await fetch(`${base}/assistants-channel/api/v1/channel/api/eventstream/demo`, { method: 'POST', headers: { apikey: key, 'content-type': 'application/json' }, body: '{}', signal: controller.signal })
+  const reader = res.body!.getReader()
+  let text = ''
+  while (!/event: Initialized\ndata: (.*)\n/.test(text)) text += new TextDecoder().decode((await reader.read()).value)
+  controller.abort()
+  const data = JSON.parse(/event: Initialized\ndata: (.*)\n/.exec(text)![1]!)
+  return { sessionId: data.sessionId as string, consumerId: data.consumerId as string }
+}
+
+async function fixturesFor(base: string): Promise<Fixtures> {
+  const account = async (key: string) => {
+    const batch = await json(base, 'POST', '/dialer/v1/batches', { name: 'fuzz', channel: 'phone', duplicateStrategy: 'merge' }, key)
+    const load = await json(base, 'POST', `/dialer/v1/batches/${batch.json.batchId}/contacts`, { identifier: 'f0', name: 'Ana', addresses: [{ address: '34600000009', type: 'phone', priority: 1 }] }, key)
+    const upload = await json(base, 'POST', '/dialer/v1/batches/upload-url', { fileName: 'f.csv', fileType: 'text/csv' }, key)
+    const session = await openSession(base, key)
+    let contactId: string | undefined
+    for (let i = 0; i < 50 && !contactId; i++) {
+      contactId = (await json(base, 'GET', `/dialer/v1/batches/${batch.json.batchId}/contacts`, undefined, key)).json?.data?.[0]?.contactId
+      if (!contactId) await new Promise(r => setTimeout(r, 100))
+    }
+    return {
+      batchId: batch.json.batchId,
+      operationId: load.json.operationId,
+      tempCsvKey: upload.json.tempCsvKey,
+      key: upload.json.tempCsvKey,
+      sessionId: session.sessionId,
+      consumerId: session.consumerId,
+      ...(contactId ? { contactId } : {}),
+      crewId: 'demo',
+      REPORT_ID: 'sessions-overview',
+      reportId: 'sessions-overview',
+    }
+  }
+  const own = await account(KEYS.acme)
+  const foreign = await account(KEYS.globex)
+  // Shared by every account: reaching them with another key is not a cross-account read.
+  for (const shared of ['crewId', 'REPORT_ID', 'reportId']) delete (foreign as Record<string, string>)[shared]
+  return { own, foreign, keys: { own: KEYS.acme, other: KEYS.globex, dialerOnly: KEYS.acmeDialerOnly } }
+}
+
+/** Heads below HTTP parsing: what the uWS parser itself sees. Each must be answered or closed, never hang the process. */
+const RAW_HEADS = [
+  `GET /healthz HTTP/1.1\r\nHost: x\r\napikey: ${'k'}\u0001\r\n\r\n`,
+  `GET /healthz HTTP/1.1\r\nHost: x\r\n${Array.from({ length: 300 }, (_, i) => `x-h${i}: v`).join('\r\n')}\r\n\r\n`,
+  `GET /healthz HTTP/1.1\r\nHost: x\r\nx-big: ${'a'.repeat(64 * 1024)}\r\n\r\n`,
+  `GET /${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`,
+  'GARBAGE\r\n\r\n',
+  'GET /healthz HTTP/1.1\nHost: x\n\n',
+  'POST /dialer/v1/batches HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello',
+  'POST /dialer/v1/batches HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nzz\r\n',
+  'POST /dialer/v1/batches HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffff\r\n',
+]
+
+function rawExchange(port: number, bytes: Buffer): Promise<string> {
+  return new Promise(resolve => {
+    const socket = connect(port, '127.0.0.1')
+    let got = ''
+    const finish = (how: string) => {
+      clearTimeout(timer)
+      socket.destroy()
+      resolve(how)
+    }
+    // A parser that waits for more bytes is allowed to wait; the process must stay well meanwhile.
+    const timer = setTimeout(() => finish(`waiting: ${got.slice(0, 30)}`), 500)
+    socket.on('data', d => {
+      got += d.toString('latin1')
+      if (/^HTTP\/1\.1 \d{3}/.test(got)) finish(got.slice(0, 12))
+    })
+    socket.on('error', () => finish('reset'))
+    socket.on('close', () => finish(got ? got.slice(0, 12) : 'closed'))
+    socket.write(bytes)
+  })
+}
+
+t.test('fuzz: hostile requests against a real service process', async t => {
+  const proc: Proc = await startProcess(t, 'fuzz', {
+    API_KEYS,
+    LOG_LEVEL: 'error',
+    DATA_DIR: mkdtempSync(join(tmpdir(), 'sb-fuzz-')),
+    AUTH_FAILURE_LIMIT: '0', // the fuzzer sends wrong keys on purpose; the throttle has its own tests
+    SSE_HEARTBEAT_MS: '60000',
+  })
+  await waitHealthy(proc)
+  const doc = await (await fetch(`${proc.base}/openapi.json`)).json()
+  const operations = operationsOf(doc)
+  t.ok(operations.length >= 40, `the document lists ${operations.length} operations`)
+  const fixtures = await fixturesFor(proc.base)
+  const validatorFor = responseValidators(doc)
+  const failures: string[] = []
+  let sent = 0
+  const reached = new Set<string>()
+
+  console.log(`# fuzz seed ${SEED}${PATH ? ` path ${PATH}` : ''}, ${SECONDS} s; replay with FUZZ_SEED=${SEED}`)
+  const property = fc.asyncProperty(
+    fc.constantFrom(...operations).chain(op => requestFor(op, fixtures)),
+    async request => {
+      sent++
+      reached.add(request.operation)
+      const answer = await send(proc.port, request)
+      const problem = violation(request, answer, validatorFor) ?? (proc.alive() ? null : `the process exited: ${proc.output().slice(-2000)}`)
+      if (problem) {
+        failures.push(`${request.method} ${request.path.slice(0, 200)} → ${problem}`)
+        return false
+      }
+      return true
+    },
+  )
+  const result = await fc.check(property, {
+    seed: SEED,
+    ...(PATH ? { path: PATH } : {}),
+    numRuns: 1_000_000,
+    interruptAfterTimeLimit: SECONDS * 1000,
+    markInterruptAsFailure: false,
+    endOnFailure: true,
+  })
+  if (result.failed) {
+    console.log(`# fuzz failure: FUZZ_SEED=${result.seed} FUZZ_PATH=${result.counterexamplePath}`)
+    const example = result.counterexample?.[0]
+    console.log(`# counterexample: ${JSON.stringify({ ...example, path: example?.path.slice(0, 300), body: example?.body?.slice(0, 300), bodyBytes: example?.body?.length })}`)
+  }
+  t.same(failures, [], `${sent} requests over ${reached.size} operations; invariants held (seed ${SEED})`)
+  t.ok(reached.size >= Math.min(operations.length, 30) || PATH, `reached ${reached.size} of ${operations.length} operations`)
+
+  for (const head of RAW_HEADS) {
+    const outcome = await rawExchange(proc.port, Buffer.from(head, 'latin1'))
+    t.notMatch(outcome, /^HTTP\/1\.1 5/, `raw head ${JSON.stringify(head.slice(0, 40))}: ${outcome}`)
+    t.ok(proc.alive(), 'the process lives')
+  }
+  const junk = await fc.check(
+    fc.asyncProperty(fc.uint8Array({ minLength: 1, maxLength: 4096 }), async bytes => {
+      const outcome = await rawExchange(proc.port, Buffer.from(bytes))
+      return !/^HTTP\/1\.1 5/.test(outcome) && proc.alive()
+    }),
+    { seed: SEED, numRuns: 20 },
+  )
+  t.notOk(junk.failed, `random bytes on a raw socket (seed ${SEED})`)
+
+  // Valid flows still work after all of it.
+  t.equal((await fetch(`${proc.base}/healthz`)).status, 200, 'healthy at the end')
+  const batch = await json(proc.base, 'POST', '/dialer/v1/batches', { name: 'after fuzz', channel: 'phone', duplicateStrategy: 'merge' })
+  t.equal(batch.status, 201)
+  const load = await json(proc.base, 'POST', `/dialer/v1/batches/${batch.json.batchId}/contacts`, { contacts: [{ identifier: 'a1', name: 'Ana', addresses: [{ address: '34600000001', type: 'phone', priority: 1 }] }] })
+  t.equal(load.status, 202)
+  let op: any
+  for (let i = 0; i < 100 && op?.status !== 'succeeded'; i++) {
+    op = (await json(proc.base, 'GET', load.json.operationUrl)).json
+    if (op?.status !== 'succeeded') await new Promise(r => setTimeout(r, 50))
+  }
+  t.equal(op?.status, 'succeeded', 'a load still completes')
+  const session = await openSession(proc.base, KEYS.acme)
+  const sentMessage = await json(proc.base, 'PUT', `/assistants-channel/api/v1/channel/api/eventstream/${session.sessionId}/${session.consumerId}`, { message: 'hola' })
+  t.equal(sentMessage.status, 201, 'a session still takes messages')
+  t.ok(proc.alive(), 'the process lived through the whole run')
+})
