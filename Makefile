@@ -2,13 +2,14 @@
 # make test  - install everything the tests need (npm and Debian packages) and run the whole suite
 # make bench - run the benchmarks in bench/ (figures go in README.md)
 # make fuzz  - the fuzz suite against a real process for FUZZ_SECONDS (default 600)
+# make soak  - a mixed workload for SOAK_MINUTES (default 20), memory and event-loop delay over time
 
 SHELL := /bin/bash
 NPM_STAMP := node_modules/.install-stamp
 COVERAGE_MIN_LINES ?= 85
 DEV_API_KEYS := dev-key-change-me-000000=demo
 
-.PHONY: run build test test-deps bench clean keys fuzz
+.PHONY: run build test test-deps bench clean keys fuzz soak
 
 $(NPM_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund
@@ -35,9 +36,15 @@ test: $(NPM_STAMP) test-deps
 fuzz: $(NPM_STAMP) test-deps
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-600} npx tap --disable-coverage --timeout=$$(( $${FUZZ_SECONDS:-600} + 300 )) test/fuzz/fuzz.test.ts
 
-# Each bench/<name>/run.ts runs with the same TypeScript loader tap uses; BENCH=name runs one.
+# A mixed workload against one real process for SOAK_MINUTES (default 20): RSS, heap, event-loop delay, errors.
+soak: $(NPM_STAMP)
+	node --import @tapjs/typescript/import bench/soak/run.ts
+
+# Each bench/<name>/run.ts runs with the same TypeScript loader tap uses; BENCH=name runs one (soak only by name: it runs for minutes).
 bench: $(NPM_STAMP) test-deps
-	@for f in bench/$${BENCH:-*}/run.ts; do echo "== $$f"; node --import @tapjs/typescript/import $$f || exit 1; done
+	@for f in bench/$${BENCH:-*}/run.ts; do \
+		if [ -z "$$BENCH" ] && [ "$$f" = bench/soak/run.ts ]; then continue; fi; \
+		echo "== $$f"; node --import @tapjs/typescript/import $$f || exit 1; done
 
 keys: build
 	node dist/cli/keys.js $(ARGS)
