@@ -77,12 +77,13 @@ export function dialerRoutes(s: DialerServices): Route[] {
    * GET `/batches/:batchId/<path>`: records of one batch, paged. The batch is read first (404 when
    * it is unknown or another account's); `filter` reads the query before the page parameters.
    */
-  const batchListRoute = <F>(path: string, summary: string, filter: (ctx: RequestContext) => F, list: (batch: BatchDoc, filter: F, page: Page) => Promise<unknown>): JsonRoute => ({
+  const batchListRoute = <F>(path: string, summary: string, filter: (ctx: RequestContext) => F, list: (batch: BatchDoc, filter: F, page: Page) => Promise<unknown>, schema?: string): JsonRoute => ({
     method: 'get',
     path: `${V1}/batches/:batchId/${path}`,
     role: 'dialer',
     tag: TAG,
     summary,
+    ...(schema ? { responses: { '200': { description: summary, schema }, '404': { description: 'No such batch' } } } : {}),
     handle: async ctx => {
       const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
       const query = filter(ctx)
@@ -99,7 +100,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       tag: TAG,
       summary: 'Create a batch (source api, or csv with tempCsvKey and columnMapping)',
       requestSchema: 'dialer.batch.create',
-      responses: { '201': { description: 'Created' }, '400': { description: 'Invalid body' } },
+      responses: { '201': { description: 'Created', schema: 'dialer.batch' }, '400': { description: 'Invalid body' } },
       handle: async ctx => {
         const input = body<{
           source?: 'api' | 'csv'
@@ -176,6 +177,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       role: 'dialer',
       tag: TAG,
       summary: 'Read an operation (contacts.load or batch.lifecycle); 404 once retention expired',
+      responses: { '200': { description: 'The operation; read kind first', schema: 'dialer.operation' }, '404': { description: 'Unknown, another account\'s, or past retention' } },
       handle: async ctx => {
         const op = await s.operations.find(ctx.principal.accountId, ctx.params.operationId!)
         if (!op) throw new ApiError(404, 'NOT_FOUND', 'Operation not found (unknown, or its retention has expired)')
@@ -188,6 +190,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       role: 'dialer',
       tag: TAG,
       summary: 'Read a batch, including uploadStatus, uploadProgress, totalContacts and dialing progress',
+      responses: { '200': { description: 'The batch', schema: 'dialer.batch' }, '404': { description: 'No such batch' } },
       handle: async ctx => {
         const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
         return { status: 200, body: { ...batchView(batch), progress: await s.control.progress(batch._id) } }
@@ -204,7 +207,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       tag: TAG,
       summary: 'Insert contacts (one object, or {contacts:[1..1000]}); processed in the background',
       requestSchema: 'dialer.contacts.insert',
-      responses: { '202': { description: 'Queued; poll the operation at Location' }, '400': { description: 'Invalid contacts or account cap exceeded' }, '404': { description: 'No such batch' } },
+      responses: { '202': { description: 'Queued; poll the operation at Location', schema: 'dialer.insert.accepted' }, '400': { description: 'Invalid contacts or account cap exceeded' }, '404': { description: 'No such batch' } },
       handle: async ctx => {
         const contacts = parseContactsBody(ctx.json(), s.platform.clock.now())
         return accepted(await s.loads.accept(ctx.principal, ctx.params.batchId!, contacts))
@@ -281,7 +284,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
         return { status: 200, body: await s.outcomes.report(ctx.params.attemptId!, input.outcome, input.detail ?? null) }
       },
     },
-    batchListRoute('logs', 'The batch audit log, newest first; query limit, offset', noFilter, (batch, _, { limit, offset }) => s.log.list(batch.accountId, batch._id, limit, offset)),
+    batchListRoute('logs', 'The batch audit log, newest first; query limit, offset', noFilter, (batch, _, { limit, offset }) => s.log.list(batch.accountId, batch._id, limit, offset), 'dialer.batch.logs'),
     batchListRoute('import-errors', 'Per-row errors of the CSV import (row number, field, code, reason)', noFilter, (batch, _, { limit, offset }) =>
       s.imports.listRowErrors(batch._id, limit, offset),
     ),
@@ -292,6 +295,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       tag: TAG,
       summary: 'Block addresses for the whole account',
       requestSchema: 'dialer.blocked-addresses.block',
+      responses: { '200': { description: 'How many were blocked and skipped (already blocked or repeated)', schema: 'dialer.blocked.result' }, '400': { description: 'ADDRESS_REQUIRED or VALIDATION_FAILED' } },
       handle: async ctx => {
         const input = body<any>(ctx, 'dialer.blocked-addresses.block')
         return { status: 200, body: await s.blocked.block(ctx.principal.accountId, actorOf(ctx), input) }
@@ -304,6 +308,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       tag: TAG,
       summary: 'Unblock addresses (addressType must equal the one used to block)',
       requestSchema: 'dialer.blocked-addresses.unblock',
+      responses: { '200': { description: 'How many were removed', schema: 'dialer.unblocked.result' }, '400': { description: 'ADDRESS_REQUIRED or VALIDATION_FAILED' } },
       handle: async ctx => {
         const input = body<any>(ctx, 'dialer.blocked-addresses.unblock')
         return { status: 200, body: await s.blocked.unblock(ctx.principal.accountId, input) }

@@ -4,9 +4,11 @@ import { dialerSchemas } from './dialer.js'
 import { reportsSchemas } from './reports.js'
 import { channelSchemas } from './channel.js'
 import { adminSchemas } from './admin.js'
+import { dialerResponseSchemas } from './dialer-responses.js'
+import { errorBody } from './common.js'
 
 export { type ValidationIssue, type JsonSchema, toFieldPath } from './validator.js'
 export { ADDRESS_TYPES, CHANNELS, DUPLICATE_STRATEGIES } from './dialer.js'
 export { buildOpenApi } from './openapi.js'
 
-export const schemas = new SchemaRegistry([dialerSchemas, reportsSchemas, channelSchemas, adminSchemas])
+export const schemas = new SchemaRegistry([dialerSchemas, dialerResponseSchemas, { error: errorBody }, reportsSchemas, channelSchemas, adminSchemas])

@@ -50,13 +50,16 @@ export function buildOpenApi(routes: RouteDescription[], all: Map<string, JsonSc
     ]
     const responses: Record<string, unknown> = {}
     for (const [status, response] of Object.entries(route.responses ?? { '200': { description: 'OK' } })) {
+      // Every error answer of every route has the one envelope ({code, message, ...details}).
+      const schema = response.schema ?? (Number(status) >= 400 ? 'error' : undefined)
       responses[status] = {
         description: response.description,
-        ...(response.schema
-          ? { content: { [route.kind === 'stream' && status === '200' ? 'text/event-stream' : 'application/json']: { schema: { $ref: `#/components/schemas/${componentName(response.schema)}` } } } }
+        ...(schema
+          ? { content: { [route.kind === 'stream' && status === '200' ? 'text/event-stream' : 'application/json']: { schema: { $ref: `#/components/schemas/${componentName(schema)}` } } } }
           : {}),
       }
     }
+    responses.default = { description: 'An error: any route may answer 400, 401, 403, 404, 413, 414, 429, 431 or 503 with this envelope (README: errors)', content: { 'application/json': { schema: { $ref: '#/components/schemas/error' } } } }
     ;(paths[path] ??= {})[method] = {
       summary: route.summary,
       tags: [route.tag],

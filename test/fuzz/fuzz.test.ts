@@ -94,9 +94,11 @@ function responseValidators(doc: any): (op: string, status: number) => ValidateF
     const key = `${op} ${status}`
     if (cache.has(key)) return cache.get(key)
     const [method, template] = op.split(' ') as [string, string]
-    const response = doc.paths[template]?.[method.toLowerCase()]?.responses?.[String(status)]
-    const schema = response?.content?.['application/json']?.schema
-    const pointer = `openapi.json#/paths/${template.replace(/~/g, '~0').replace(/\//g, '~1')}/${method.toLowerCase()}/responses/${status}/content/application~1json/schema`
+    const responses = doc.paths[template]?.[method.toLowerCase()]?.responses ?? {}
+    // An error status the operation does not list is described by its `default` response.
+    const which = responses[String(status)] ? String(status) : status >= 400 ? 'default' : String(status)
+    const schema = responses[which]?.content?.['application/json']?.schema
+    const pointer = `openapi.json#/paths/${template.replace(/~/g, '~0').replace(/\//g, '~1')}/${method.toLowerCase()}/responses/${which}/content/application~1json/schema`
     const validate = schema ? ajv.compile({ $ref: pointer }) : undefined
     cache.set(key, validate)
     return validate
