@@ -4,9 +4,10 @@ import { dialerSchemas } from './dialer.js'
 import { reportsSchemas } from './reports.js'
 import { channelSchemas } from './channel.js'
 import { adminSchemas } from './admin.js'
+import { supervisionSchemas } from './supervision.js'
 
 export { type ValidationIssue, type JsonSchema, toFieldPath } from './validator.js'
 export { ADDRESS_TYPES, CHANNELS, DUPLICATE_STRATEGIES } from './dialer.js'
 export { buildOpenApi } from './openapi.js'
 
-export const schemas = new SchemaRegistry([dialerSchemas, reportsSchemas, channelSchemas, adminSchemas])
+export const schemas = new SchemaRegistry([dialerSchemas, reportsSchemas, channelSchemas, adminSchemas, supervisionSchemas])
