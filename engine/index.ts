@@ -13,6 +13,7 @@ import type { AssistantProvider } from './providers/types.js'
 import { adminRoutes } from './routes/admin.js'
 import { supervisionRoutes } from './routes/supervision.js'
 import { SessionDirectory } from './session-directory.js'
+import { feedRoute } from './session-feed.js'
 import { channelRoutes, listenPath } from './routes/channel.js'
 import { InProcessTransport, type SessionTransport } from './transport.js'
 import { EngineNode, NatsSessionTransport } from './nats-transport.js'
@@ -61,7 +62,7 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
     hub,
     transport,
     node: undefined,
-    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(directory)],
+    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(directory), feedRoute(directory, platform.clock)],
     async start() {
       await directory.ensureIndexes()
       await host.init()
@@ -81,7 +82,7 @@ function newHost(platform: Platform, crews: CrewCatalog, options: EngineOptions,
   return new SessionHost({
     platform,
     crews,
-    recorder: new SessionRecorder(platform.store),
+    recorder: new SessionRecorder(platform.store, platform.clock),
     providers: { scripted: new ScriptedProvider(), openai: new OpenAiProvider(), ...options.providers },
     idleTimeoutMs: platform.config.engine.sessionIdleTimeoutMs,
     externalToolTimeoutMs: platform.config.engine.externalToolTimeoutMs,
@@ -149,7 +150,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     hub,
     transport,
     node,
-    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions)] : [],
+    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions), feedRoute(sessions, platform.clock)] : [],
     async start() {
       if (serving) await sessions.ensureIndexes()
       directory = await NodeDirectory.open(cluster.nc, timing, cluster.replicas)

@@ -47,6 +47,8 @@ export interface ListedSession {
   toolCalls: number
   transfers: number
   endReason: string | null
+  /** Unix ms of the session's last recorded activity (a turn, a transfer, a pause, the close). */
+  lastActivity: number
 }
 
 export interface ListingPage {
@@ -69,7 +71,16 @@ export class SessionDirectory {
 
   /** Account-wide, newest first (the report index is per crew). */
   ensureIndexes() {
-    return this.store.ensureIndexes(SESSION_RECORDS, [{ name: 'account_start_id', key: { accountId: 1, start_time: -1, _id: -1 }, partitionFields: 1 }])
+    return this.store.ensureIndexes(SESSION_RECORDS, [
+      { name: 'account_start_id', key: { accountId: 1, start_time: -1, _id: -1 }, partitionFields: 1 },
+      // The lifecycle feed (engine/session-feed.ts): the account's records changed since a time.
+      { name: 'account_updated', key: { accountId: 1, updated_at: 1 }, partitionFields: 1 },
+    ])
+  }
+
+  /** Records of the account written after `since` (Unix ms), oldest change first. */
+  async changedSince(accountId: string, since: number, limit: number): Promise<SessionRecordDoc[]> {
+    return this.records.find({ accountId, updated_at: { $gt: since } }, { sort: { updated_at: 1 }, limit })
   }
 
   async list(q: ListingQuery): Promise<ListingPage> {
@@ -98,7 +109,7 @@ export class SessionDirectory {
   }
 }
 
-function listed(r: SessionRecordDoc, now: number): ListedSession {
+export function listed(r: SessionRecordDoc, now: number): ListedSession {
   return {
     sessionId: r.session_id,
     crewId: r.crew_id,
@@ -115,6 +126,7 @@ function listed(r: SessionRecordDoc, now: number): ListedSession {
     toolCalls: r.tool_calls,
     transfers: r.transfers,
     endReason: r.end_reason,
+    lastActivity: r.updated_at ?? r.start_time,
   }
 }
 

@@ -37,6 +37,7 @@ export const supervisionSchemas = {
       toolCalls: { type: 'integer' },
       transfers: { type: 'integer' },
       endReason: { type: ['string', 'null'] },
+      lastActivity: { type: 'integer', description: 'Unix ms of the last recorded activity (a turn, a transfer, a pause, the close)' },
     },
   },
   'supervision.sessions.page': {
@@ -45,6 +46,16 @@ export const supervisionSchemas = {
     properties: {
       data: { type: 'array', items: { $ref: 'supervision.session' } },
       nextCursor: { type: 'string', description: 'Pass as cursor for the next page; absent on the last page' },
+    },
+  },
+  'supervision.feed.event': {
+    type: 'object',
+    required: ['kind', 'session'],
+    description:
+      'text/event-stream; event: session.created | session.changed | session.closed, id: Unix ms of the change (send it back as Last-Event-ID), data: this object. A resumed feed may repeat the changes of its last seconds: apply them by sessionId.',
+    properties: {
+      kind: { type: 'string', enum: ['created', 'changed', 'closed'] },
+      session: { $ref: 'supervision.session' },
     },
   },
 } as const

@@ -4,7 +4,7 @@
 import t from 'tap'
 import { call, KEYS, mongoUrlFor, startTestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
-import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
+import { ADMIN, CHANNEL, createSession, openSse } from '../support/sse.js'
 import { clusterEnv, startProcess, waitHealthy } from '../support/processes.js'
 
 const SESSIONS = '/engine/api/administration/sessions'
@@ -111,4 +111,42 @@ t.test('two engine nodes over NATS: a gateway lists the sessions of both', async
   const p = await list(gw.base, '?state=live&limit=4')
   const q = await list(gw.base, `?state=live&limit=4&cursor=${p.json.nextCursor}`)
   t.same(new Set([...p.json.data, ...q.json.data].map((r: any) => r.sessionId)), ids)
+})
+
+t.test('lifecycle feed: created, paused, transferred, closed as they happen; resumed with Last-Event-ID; only the own account', async t => {
+  const svc = await startTestService(t)
+  const FEED = `${SESSIONS}/feed`
+  const open = (headers: Record<string, string> = {}, key: string = KEYS.acme) => openSse(svc.base, 'GET', FEED, { key, headers: { ...USER, ...headers } })
+  const feed = (await open()).stream!
+  const other = (await open({}, KEYS.globex)).stream!
+  t.teardown(() => [feed, other].forEach(s => s.close()))
+  await feed.next('feed.ready')
+
+  const s = await createSession(svc.base)
+  t.teardown(() => s.stream.close())
+  const started = Date.now()
+  const created = await feed.next(e => e.event === 'session.created' && e.data.session.sessionId === s.sessionId, 3000)
+  t.ok(Date.now() - started < 1000, 'a new session is in the feed within a second')
+  t.match(created.data, { kind: 'created', session: { crewId: 'demo', state: 'active', live: true } })
+
+  t.equal((await call(svc.base, 'PUT', `${ADMIN}/${s.sessionId}/pause`, { headers: USER })).status, 200)
+  const paused = await feed.next(e => e.event === 'session.changed' && e.data.session.state === 'paused', 3000)
+  t.ok(Number(paused.id) >= Number(created.id), 'ids grow')
+
+  // The feed drops here; what happens meanwhile comes on the resumed feed.
+  feed.close()
+  t.equal((await call(svc.base, 'PUT', `${ADMIN}/${s.sessionId}/transfer`, { headers: USER, body: { target: 'support' } })).status, 200)
+  t.equal((await call(svc.base, 'DELETE', `${ADMIN}/${s.sessionId}`, { headers: USER })).status, 204)
+  const resumed = (await open({ 'Last-Event-ID': paused.id! })).stream!
+  t.teardown(() => resumed.close())
+  const closed = await resumed.next(e => e.event === 'session.closed' && e.data.session.sessionId === s.sessionId, 3000)
+  t.equal(closed.data.session.live, false)
+  t.ok(closed.data.session.transfers >= 1, 'the transfer is in what the resumed feed carries')
+  t.equal(closed.data.session.agentId, 'support')
+
+  t.notOk(other.events.some(e => e.event.startsWith('session.')), "another account's feed saw nothing")
+  t.equal((await open({ 'Last-Event-ID': 'x' })).status, 400)
+  const noUser = await openSse(svc.base, 'GET', FEED, {})
+  t.equal(noUser.json.code, 'USER_ID_REQUIRED')
+  t.equal((await open({}, KEYS.acmeDialerOnly)).status, 403)
 })
