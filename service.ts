@@ -1,6 +1,7 @@
 // The composition root: picks the embedded or distributed implementation of each seam
 // (store, bus), builds the modules on them and serves their routes from one gateway.
 import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import { Gateway } from './gateway/server.js'
 import { KeyRegistry, parseBootstrapKeys } from './gateway/auth.js'
 import { loadNativeUws } from './gateway/uws.js'
@@ -90,6 +91,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
     maxBodyBytes: config.maxBodyBytes,
     maxUploadBytes: config.maxUploadBytes,
     streamBufferBytes: config.channel.consumerBufferBytes,
+    consoleDir: fileURLToPath(new URL(import.meta.url.includes('/dist/') ? '../console/dist' : './console/dist', import.meta.url)),
     publicDocuments: {
       // 503 while NATS is unreachable: a load balancer then routes around this process.
       '/healthz': async () => {

@@ -7,6 +7,7 @@ import { ApiError } from './errors.js'
 import { type KeyRegistry, type Principal } from './auth.js'
 import { BodyStream, paramNames, readBody, readHead, type RequestHead } from './request.js'
 import { Reply } from './response.js'
+import { mountConsole } from './static.js'
 import type { JsonResult, RequestContext, Route, StreamSink } from './routes.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
@@ -22,6 +23,8 @@ export interface GatewayOptions {
   streamBufferBytes: number
   /** Extra unauthenticated JSON documents, e.g. /healthz and /openapi.json. */
   publicDocuments: Record<string, () => Promise<{ status: number; body: unknown }>>
+  /** Built operator console to serve at /console/ (gateway/static.ts). */
+  consoleDir?: string
 }
 
 const ANONYMOUS: Principal = { keyId: 'anonymous', keyName: 'anonymous', accountId: '', roles: new Set() }
@@ -42,6 +45,7 @@ export class Gateway {
         error => reply.json(500, { code: 'INTERNAL', message: String(error) }),
       )
     })
+    if (options.consoleDir) mountConsole(this.app, options.consoleDir)
     this.app.any('/*', (res, req) => {
       const reply = new Reply(res)
       reply.json(404, { code: 'NOT_FOUND', message: `No route for ${req.getMethod().toUpperCase()} ${req.getUrl()}` })
