@@ -4,7 +4,8 @@ import { defineConfig } from 'vite'
 export default defineConfig({
   root: new URL('.', import.meta.url).pathname,
   base: '/console/',
-  esbuild: { jsxFactory: 'h', jsxFragment: 'Fragment' },
+  // JSX through Preact's automatic runtime (Vite 8 compiles with oxc).
+  oxc: { jsx: { runtime: 'automatic', importSource: 'preact' } },
   build: { outDir: 'dist', emptyOutDir: true, modulePreload: { polyfill: false }, assetsInlineLimit: 0, target: 'es2020' },
   logLevel: 'warn',
 })

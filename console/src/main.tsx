@@ -1,14 +1,13 @@
 // The operator console: sign-in, live sessions (attention and presence come with the APIs that
 // carry them), one session with every administration operation, dialer batches, reports.
 // Everything user-supplied is rendered as text (Preact escapes it); nothing is set as HTML.
-import { Fragment, h, render } from 'preact'
+import { render } from 'preact'
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks'
 import uPlot from 'uplot'
 import 'uplot/dist/uPlot.min.css'
 import './style.css'
 import { api, type Auth, clearAuth, loadAuth, saveAuth, sse } from './api'
 
-void Fragment
 const ADMIN = '/engine/api/administration'
 const PAGE = 100
 
@@ -175,9 +174,9 @@ function Session({ auth, id, back }: { auth: Auth; id: string; back: () => void 
   const base = `${ADMIN}/session/${id}`
   const refresh = async () => {
     const h = await api(auth, 'GET', `${base}/history?limit=5000`)
-    if (h.status === 200) setEntries(h.body.entries ?? h.body.data ?? h.body)
+    if (h.status === 200) setEntries(h.body.data ?? [])
     const s = await api(auth, 'GET', `${base}/snapshot`)
-    if (s.status === 200) setSnapshot(s.body)
+    if (s.status === 200) setSnapshot(s.body?.data?.snapshot)
   }
   useEffect(() => {
     void refresh()
@@ -189,13 +188,14 @@ function Session({ auth, id, back }: { auth: Auth; id: string; back: () => void 
     setOutcome(`${name}: ${res.status < 300 ? 'done' : 'refused'} (${res.status})${res.status >= 300 ? ` ${res.body?.code ?? ''} ${res.body?.message ?? ''}` : res.body ? ` ${JSON.stringify(res.body)}` : ''}`)
     void refresh()
   }
-  const agents: string[] = snapshot?.configuration?.agents ?? snapshot?.crew?.agents ?? []
-  const summary = snapshot?.context?.ResumenConversacion ?? snapshot?.memory?.ResumenConversacion ?? snapshot?.ResumenConversacion
+  const agents: string[] = snapshot?.configuration?.agents ?? []
+  const summary = snapshot?.configuration?.context?.ResumenConversacion
   const list = Array.isArray(entries) ? entries : []
   return (
     <section aria-labelledby="session-h">
       <button onClick={back}>← Sessions</button>
       <h2 id="session-h">Session {id}</h2>
+      {snapshot && <p class="meta">State: <span class="session-state">{snapshot.state}</span> · agent <span class="session-agent">{snapshot.agentId}</span> · crew {snapshot.crewId}</p>}
       {summary && <p class="summary"><strong>ResumenConversacion:</strong> {String(summary)}</p>}
       <div class="session-grid">
         <ol class="transcript" aria-label="Transcript" aria-live="polite">
@@ -310,12 +310,12 @@ function Reports({ auth }: { auth: Auth }) {
   const run = async () => {
     const end = Date.now()
     const start = end - 24 * 3600_000
-    const q = `crew_id=${encodeURIComponent(crew)}&start_ts=${start}&end_ts=${end}&page=1&pageSize=500&timeZone=${encodeURIComponent(tz)}&groupByTime=${group}`
+    const q = `crew_id=${encodeURIComponent(crew)}&start_ts=${start}&end_ts=${end}&page=0&pageSize=500&timeZone=${encodeURIComponent(tz)}&groupByTime=${group}`
     const res = await api(auth, 'GET', `/engine/v1/api/reports/execute-report/${encodeURIComponent(report)}?${q}`)
     if (res.status !== 200) return setError(`Report refused (${res.status}): ${res.body?.message ?? ''}`)
-    setError('')
     const rows: any[] = res.body.data
-    const names = rows.length ? Object.keys(rows[0].metrics).filter(k => typeof rows[0].metrics[k] === 'number') : []
+    setError(rows.length ? '' : 'No data in the last 24 hours')
+    const names = [...new Set(rows.flatMap(r => Object.keys(r.metrics ?? {})))]
     const xs = rows.map(r => Date.parse(r.date) / 1000)
     const data = [xs, ...names.map(n => rows.map(r => r.metrics[n] ?? null))] as uPlot.AlignedData
     plot.current?.destroy()
