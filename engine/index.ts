@@ -14,6 +14,7 @@ import { adminRoutes } from './routes/admin.js'
 import { supervisionRoutes } from './routes/supervision.js'
 import { SessionDirectory } from './session-directory.js'
 import { feedRoute } from './session-feed.js'
+import { Presence, watchRoute } from './session-watch.js'
 import { channelRoutes, listenPath } from './routes/channel.js'
 import { InProcessTransport, type SessionTransport } from './transport.js'
 import { EngineNode, NatsSessionTransport } from './nats-transport.js'
@@ -56,13 +57,14 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
   const transport: SessionTransport = new InProcessTransport(host)
   const hub = newHub(platform, transport)
   const directory = new SessionDirectory(platform.store, platform.clock)
+  const presence = new Presence()
   return {
     name: 'engine',
     host,
     hub,
     transport,
     node: undefined,
-    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(directory), feedRoute(directory, platform.clock)],
+    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(directory, presence), feedRoute(directory, platform.clock), watchRoute(transport, presence)],
     async start() {
       await directory.ensureIndexes()
       await host.init()
@@ -144,13 +146,14 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
   }
   const hub = newHub(platform, transport)
   const sessions = new SessionDirectory(platform.store, platform.clock)
+  const presence = new Presence()
   return {
     name: 'engine',
     host,
     hub,
     transport,
     node,
-    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions), feedRoute(sessions, platform.clock)] : [],
+    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions, presence), feedRoute(sessions, platform.clock), watchRoute(transport, presence)] : [],
     async start() {
       if (serving) await sessions.ensureIndexes()
       directory = await NodeDirectory.open(cluster.nc, timing, cluster.replicas)

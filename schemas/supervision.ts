@@ -37,6 +37,7 @@ export const supervisionSchemas = {
       toolCalls: { type: 'integer' },
       transfers: { type: 'integer' },
       endReason: { type: ['string', 'null'] },
+      watchers: { type: 'array', items: { type: 'string' }, description: 'UserIds of the supervisors watching it (open watch streams on the answering gateway)' },
       lastActivity: { type: 'integer', description: 'Unix ms of the last recorded activity (a turn, a transfer, a pause, the close)' },
     },
   },

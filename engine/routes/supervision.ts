@@ -3,6 +3,7 @@
 import type { JsonRoute } from '../../gateway/routes.js'
 import { enumParam, intParam, invalidParameter } from '../../gateway/query.js'
 import { decodeCursor, LISTING_STATES, type SessionDirectory } from '../session-directory.js'
+import type { Presence } from '../session-watch.js'
 import { userIdOf } from './common.js'
 
 export const SESSIONS_PATH = '/engine/api/administration/sessions'
@@ -14,7 +15,7 @@ const idParam = (query: URLSearchParams, name: string) => {
   return raw
 }
 
-export function supervisionRoutes(directory: SessionDirectory): JsonRoute[] {
+export function supervisionRoutes(directory: SessionDirectory, presence: Presence): JsonRoute[] {
   const listing: JsonRoute & { querySchema: string } = {
     method: 'get',
     path: SESSIONS_PATH,
@@ -43,7 +44,8 @@ export function supervisionRoutes(directory: SessionDirectory): JsonRoute[] {
         limit: intParam(q, 'limit', { min: 1, max: 500, fallback: 100 }),
         cursor,
       })
-      return { status: 200, body: page }
+      // Presence: the supervisors whose watch streams of the session are open on this gateway.
+      return { status: 200, body: { ...page, data: page.data.map(r => ({ ...r, watchers: presence.of(r.sessionId) })) } }
     },
   }
   return [listing]
