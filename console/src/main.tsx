@@ -49,6 +49,7 @@ interface Row {
   age: number
   messages: number
   lastActivity: number
+  watchers?: string[]
 }
 
 const ago = (ms: number) => (ms < 60_000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms / 60_000)} min`)
@@ -80,7 +81,8 @@ function Sessions({ auth, open }: { auth: Auth; open: (id: string) => void }) {
       setStatus('live')
       stop = sse(auth, `${ADMIN}/sessions/feed`, (event, data) => {
         if (!event.startsWith('session.')) return
-        setRows(prev => new Map(prev).set(data.session.sessionId, data.session))
+        // The feed's rows carry no presence: keep the watchers the listing gave.
+        setRows(prev => new Map(prev).set(data.session.sessionId, { ...prev.get(data.session.sessionId), ...data.session }))
       })
     })()
     const timer = setInterval(() => tick(n => n + 1), 1000)
@@ -131,7 +133,7 @@ function Sessions({ auth, open }: { auth: Auth; open: (id: string) => void }) {
       </div>
       <table class="sessions">
         <thead>
-          <tr><th>Session</th><th>Crew</th><th>Agent</th><th>State</th><th>Age</th><th>Last activity</th><th>Messages</th></tr>
+          <tr><th>Session</th><th>Crew</th><th>Agent</th><th>State</th><th>Age</th><th>Last activity</th><th>Messages</th><th>Watching</th></tr>
         </thead>
         <tbody>
           {visible.map(r => (
@@ -143,6 +145,7 @@ function Sessions({ auth, open }: { auth: Auth; open: (id: string) => void }) {
               <td>{ago(r.live ? now - r.startTime : r.age)}</td>
               <td>{ago(now - r.lastActivity)} ago</td>
               <td>{r.messages}</td>
+              <td>{(r.watchers ?? []).join(', ')}</td>
             </tr>
           ))}
         </tbody>
@@ -181,7 +184,13 @@ function Session({ auth, id, back }: { auth: Auth; id: string; back: () => void 
   useEffect(() => {
     void refresh()
     const timer = setInterval(() => void refresh(), 1000)
-    return () => clearInterval(timer)
+    // The watch stream: new history entries refresh at once, and it makes this supervisor's
+    // presence visible to the others.
+    const unwatch = sse(auth, `${base}/watch`, event => event === 'history' && void refresh())
+    return () => {
+      clearInterval(timer)
+      unwatch()
+    }
   }, [id])
   const act = async (name: string, method: string, path: string, body?: unknown) => {
     const res = await api(auth, method, path, body)

@@ -62,6 +62,9 @@ t.test('a supervisor signs in, sees a new session live, whispers, transfers, pau
 
   await row.getByRole('button').click()
   await page.getByRole('heading', { name: `Session ${s.sessionId}` }).waitFor()
+  const watching = async () => (await call(svc.base, 'GET', '/engine/api/administration/sessions', { headers: { UserId: 'auditor' } })).json.data[0].watchers
+  for (let i = 0; i < 50 && !(await watching()).includes(SUPERVISOR); i++) await new Promise(r => setTimeout(r, 50))
+  t.same(await watching(), [SUPERVISOR], 'the open session page shows as presence')
   await page.getByLabel('Text').fill('Offer the gold plan discount')
   await page.getByRole('button', { name: 'Whisper' }).click()
   await page.getByText('Whisper: done (200)').waitFor()
