@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { chromium } from 'playwright-core'
-import { build } from 'vite'
+import { ensureConsoleBuilt } from './build.js'
 import { call, KEYS, startTestService } from '../support/harness.js'
 import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
 
@@ -16,7 +16,7 @@ const root = fileURLToPath(new URL('../../', import.meta.url))
 const SUPERVISOR = 'sup-ana'
 
 t.test('a supervisor signs in, sees a new session live, whispers, transfers, pauses and resumes it, and runs a report', { skip: existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (make test-deps)` }, async t => {
-  await build({ configFile: `${root}console/vite.config.mjs`, logLevel: 'silent' })
+  await ensureConsoleBuilt()
   const svc = await startTestService(t)
   const profile = mkdtempSync(join(tmpdir(), 'sb-chromium-'))
   t.teardown(() => rmSync(profile, { recursive: true, force: true }))

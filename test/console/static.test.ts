@@ -4,13 +4,13 @@ import t from 'tap'
 import { readdirSync, readFileSync } from 'node:fs'
 import { gzipSync } from 'node:zlib'
 import { fileURLToPath } from 'node:url'
-import { build } from 'vite'
+import { ensureConsoleBuilt } from './build.js'
 import { startTestService } from '../support/harness.js'
 
 const root = fileURLToPath(new URL('../../console/', import.meta.url))
 
 t.test('the built console is served with its security headers, offline and small', async t => {
-  await build({ configFile: `${root}vite.config.mjs`, logLevel: 'silent' })
+  await ensureConsoleBuilt()
   const svc = await startTestService(t)
   const page = await fetch(`${svc.base}/console/`)
   t.equal(page.status, 200)
