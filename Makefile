@@ -9,7 +9,8 @@ NPM_STAMP := node_modules/.install-stamp
 COVERAGE_MIN_LINES ?= 85
 DEV_API_KEYS := dev-key-change-me-000000=demo
 
-.PHONY: run build test test-deps bench clean keys fuzz soak
+# The operator console (console/ sources) is built by Vite into console/dist, served at /console/.
+.PHONY: console run build test test-deps bench clean keys fuzz soak
 
 $(NPM_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund
@@ -18,7 +19,10 @@ $(NPM_STAMP): package.json package-lock.json
 build: $(NPM_STAMP)
 	npx tsc -p tsconfig.json
 
-run: build
+console: $(NPM_STAMP)
+	npx vite build --config console/vite.config.mjs
+
+run: build console
 	@if [ -z "$$API_KEYS" ]; then echo "API_KEYS not set: using the development key 'dev-key-change-me-000000' (account demo, all roles)"; fi
 	API_KEYS="$${API_KEYS:-$(DEV_API_KEYS)}" node dist/main.js
 
@@ -27,7 +31,7 @@ run: build
 test-deps:
 	@bash .ci/system-deps.sh
 
-test: $(NPM_STAMP) test-deps
+test: $(NPM_STAMP) test-deps console
 	npx tsc -p tsconfig.json --noEmit
 	npx tap --allow-incomplete-coverage --coverage-report=json-summary --coverage-report=text-summary
 	node .ci/coverage-gate.mjs $(COVERAGE_MIN_LINES)

@@ -1,6 +1,7 @@
 // The composition root: picks the embedded or distributed implementation of each seam
 // (store, bus), builds the modules on them and serves their routes from one gateway.
 import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import { Gateway, MetricsListener } from './gateway/server.js'
 import { AuthThrottle } from './gateway/auth-throttle.js'
 import { KeyRegistry, parseBootstrapKeys } from './gateway/auth.js'
@@ -122,6 +123,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
     trustedProxies: new Set(config.edge.trustedProxies),
     maxUrlBytes: config.edge.maxUrlBytes,
     maxHeaderBytes: config.edge.maxHeaderBytes,
+    consoleDir: fileURLToPath(new URL(import.meta.url.includes('/dist/') ? '../console/dist' : './console/dist', import.meta.url)),
     publicDocuments: {
       '/healthz': health,
       ...(servesRoutes ? { '/openapi.json': async () => ({ status: 200, body: openapi }) } : {}),

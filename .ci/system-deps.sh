@@ -5,6 +5,8 @@ need=()
 command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
 /usr/bin/python3 -c 'import mockupdb' >/dev/null 2>&1 || need+=(python3-mockupdb)
 /usr/bin/python3 -c 'import mongomock' >/dev/null 2>&1 || need+=(python3-mongomock)
+# The operator console's browser tests (test/console): Debian's chromium, driven by playwright-core.
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""

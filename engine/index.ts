@@ -11,6 +11,10 @@ import { OpenAiProvider } from './providers/openai.js'
 import { ScriptedProvider } from './providers/scripted.js'
 import type { AssistantProvider } from './providers/types.js'
 import { adminRoutes } from './routes/admin.js'
+import { supervisionRoutes } from './routes/supervision.js'
+import { SessionDirectory } from './session-directory.js'
+import { feedRoute } from './session-feed.js'
+import { Presence, watchRoute } from './session-watch.js'
 import { channelRoutes, listenPath } from './routes/channel.js'
 import { InProcessTransport, type SessionTransport } from './transport.js'
 import { EngineNode, NatsSessionTransport } from './nats-transport.js'
@@ -52,14 +56,17 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
   const reaper = newReaper(platform, host)
   const transport: SessionTransport = new InProcessTransport(host)
   const hub = newHub(platform, transport)
+  const directory = new SessionDirectory(platform.store, platform.clock)
+  const presence = new Presence()
   return {
     name: 'engine',
     host,
     hub,
     transport,
     node: undefined,
-    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport)],
+    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(directory, presence), feedRoute(directory, platform.clock), watchRoute(transport, presence)],
     async start() {
+      await directory.ensureIndexes()
       await host.init()
       reaper.start()
     },
@@ -77,7 +84,7 @@ function newHost(platform: Platform, crews: CrewCatalog, options: EngineOptions,
   return new SessionHost({
     platform,
     crews,
-    recorder: new SessionRecorder(platform.store),
+    recorder: new SessionRecorder(platform.store, platform.clock),
     providers: { scripted: new ScriptedProvider(), openai: new OpenAiProvider(), ...options.providers },
     idleTimeoutMs: platform.config.engine.sessionIdleTimeoutMs,
     externalToolTimeoutMs: platform.config.engine.externalToolTimeoutMs,
@@ -138,14 +145,17 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     replay: (sessionId, after) => ready(remote).replay(sessionId, after),
   }
   const hub = newHub(platform, transport)
+  const sessions = new SessionDirectory(platform.store, platform.clock)
+  const presence = new Presence()
   return {
     name: 'engine',
     host,
     hub,
     transport,
     node,
-    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport)] : [],
+    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions, presence), feedRoute(sessions, platform.clock), watchRoute(transport, presence)] : [],
     async start() {
+      if (serving) await sessions.ensureIndexes()
       directory = await NodeDirectory.open(cluster.nc, timing, cluster.replicas)
       log = await JetStreamEventLog.open(cluster.nc, {
         perSession: config.channel.replayBufferEvents,

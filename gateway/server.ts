@@ -13,6 +13,7 @@ import { type KeyRegistry, type Principal } from './auth.js'
 import type { AuthThrottle } from './auth-throttle.js'
 import { BodyStream, DEFAULT_HEAD_LIMITS, paramNames, parseJsonBody, readBody, readHead, type HeadLimits, type RequestHead } from './request.js'
 import { Reply } from './response.js'
+import { mountConsole } from './static.js'
 import type { JsonResult, RequestContext, Route, StreamSink } from './routes.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
@@ -37,6 +38,8 @@ export interface GatewayOptions {
   maxHeaderBytes?: number
   /** Extra unauthenticated JSON documents, e.g. /healthz and /openapi.json. */
   publicDocuments: Record<string, () => Promise<{ status: number; body: unknown }>>
+  /** Built operator console to serve at /console/ (gateway/static.ts). */
+  consoleDir?: string
 }
 
 const ANONYMOUS: Principal = { keyId: 'anonymous', keyName: 'anonymous', accountId: '', roles: new Set() }
@@ -75,6 +78,7 @@ export class Gateway {
     }
     for (const route of options.routes) this.register(route)
     for (const [path, produce] of Object.entries(options.publicDocuments)) this.registerDocument(path, produce)
+    if (options.consoleDir) mountConsole(this.app, options.consoleDir)
     this.app.any('/*', (res, req) =>
       this.accept(res, req, [], UNMATCHED, async x => {
         const head = x.head!

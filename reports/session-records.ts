@@ -2,6 +2,7 @@
 // lives and read by the report queries. This module owns the shape; the engine only calls
 // the writer methods below.
 import type { Collection, IndexSpec, Store } from '../platform/store/index.js'
+import { type Clock, systemClock } from '../platform/clock.js'
 
 export const SESSION_RECORDS = 'session_records'
 
@@ -28,6 +29,8 @@ export interface SessionRecordDoc {
   tool_calls: number
   transfers: number
   end_reason: string | null
+  /** Unix ms of the last write (the supervisors' lifecycle feed reads changes by it; engine/session-feed.ts). */
+  updated_at?: number
 }
 
 export const SESSION_RECORD_INDEXES: IndexSpec[] = [
@@ -39,7 +42,10 @@ export const SESSION_RECORD_INDEXES: IndexSpec[] = [
 
 export class SessionRecorder {
   private readonly records: Collection<SessionRecordDoc>
-  constructor(private readonly store: Store) {
+  constructor(
+    private readonly store: Store,
+    private readonly clock: Clock = systemClock,
+  ) {
     this.records = store.collection<SessionRecordDoc>(SESSION_RECORDS)
   }
 
@@ -69,6 +75,7 @@ export class SessionRecorder {
           transfers: 0,
           end_reason: null,
         },
+        $set: { updated_at: this.clock.now() },
       },
       { upsert: true },
     )
@@ -79,16 +86,16 @@ export class SessionRecorder {
     const assistant = counts.assistantMessages ?? 0
     await this.records.updateOne(
       { _id: sessionId },
-      { $inc: { messages: user + assistant, user_messages: user, assistant_messages: assistant, tool_calls: counts.toolCalls ?? 0 } },
+      { $inc: { messages: user + assistant, user_messages: user, assistant_messages: assistant, tool_calls: counts.toolCalls ?? 0 }, $set: { updated_at: this.clock.now() } },
     )
   }
 
   async transferred(sessionId: string, agentId: string) {
-    await this.records.updateOne({ _id: sessionId }, { $set: { agent_id: agentId }, $push: { agents: agentId }, $inc: { transfers: 1 } })
+    await this.records.updateOne({ _id: sessionId }, { $set: { agent_id: agentId, updated_at: this.clock.now() }, $push: { agents: agentId }, $inc: { transfers: 1 } })
   }
 
   async statusChanged(sessionId: string, status: 'active' | 'paused') {
-    await this.records.updateOne({ _id: sessionId, end_time: null }, { $set: { status } })
+    await this.records.updateOne({ _id: sessionId, end_time: null }, { $set: { status, updated_at: this.clock.now() } })
   }
 
   async closed(sessionId: string, r: { endTime: number; status: Exclude<SessionStatus, 'active' | 'paused'>; reason: string }) {
@@ -97,7 +104,7 @@ export class SessionRecorder {
     await this.records.updateOne(
       { _id: sessionId, end_time: null },
       // Clamped: a clock step between the nodes that opened and closed it must not go negative.
-      { $set: { end_time: r.endTime, duration: Math.max(0, r.endTime - record.start_time), status: r.status, end_reason: r.reason } },
+      { $set: { end_time: r.endTime, duration: Math.max(0, r.endTime - record.start_time), status: r.status, end_reason: r.reason, updated_at: this.clock.now() } },
     )
   }
 }

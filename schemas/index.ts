@@ -6,9 +6,10 @@ import { channelSchemas } from './channel.js'
 import { adminSchemas } from './admin.js'
 import { dialerResponseSchemas } from './dialer-responses.js'
 import { errorBody } from './common.js'
+import { supervisionSchemas } from './supervision.js'
 
 export { type ValidationIssue, type JsonSchema, toFieldPath } from './validator.js'
 export { ADDRESS_TYPES, CHANNELS, DUPLICATE_STRATEGIES } from './dialer.js'
 export { buildOpenApi } from './openapi.js'
 
-export const schemas = new SchemaRegistry([dialerSchemas, dialerResponseSchemas, { error: errorBody }, reportsSchemas, channelSchemas, adminSchemas])
+export const schemas = new SchemaRegistry([dialerSchemas, dialerResponseSchemas, { error: errorBody }, reportsSchemas, channelSchemas, adminSchemas, supervisionSchemas])

@@ -1,0 +1,52 @@
+// Supervisor APIs (issue 13) the operator console stands on; the same admin role and UserId
+// header as the session administration routes.
+import type { JsonRoute } from '../../gateway/routes.js'
+import { enumParam, intParam, invalidParameter } from '../../gateway/query.js'
+import { decodeCursor, LISTING_STATES, type SessionDirectory } from '../session-directory.js'
+import type { Presence } from '../session-watch.js'
+import { userIdOf } from './common.js'
+
+export const SESSIONS_PATH = '/engine/api/administration/sessions'
+
+const idParam = (query: URLSearchParams, name: string) => {
+  const raw = query.get(name)
+  if (raw === null || raw === '') return undefined
+  if (raw.length > 128) throw invalidParameter(name, `${name} must be at most 128 characters`)
+  return raw
+}
+
+export function supervisionRoutes(directory: SessionDirectory, presence: Presence): JsonRoute[] {
+  const listing: JsonRoute & { querySchema: string } = {
+    method: 'get',
+    path: SESSIONS_PATH,
+    role: 'admin',
+    tag: 'Session administration',
+    summary: "The account's live and recently closed sessions, newest first, page by page (cursor)",
+    requiredHeaders: ['UserId'],
+    querySchema: 'supervision.sessions.query',
+    responses: {
+      '200': { description: 'A page of sessions', schema: 'supervision.sessions.page' },
+      '400': { description: 'USER_ID_REQUIRED, INVALID_USER_ID or INVALID_PARAMETER (naming it)' },
+      '401': { description: 'Missing or unknown apikey' },
+      '403': { description: 'The key lacks the admin role' },
+    },
+    async handle(ctx) {
+      userIdOf(ctx)
+      const q = ctx.query
+      const rawCursor = q.get('cursor')
+      const cursor = rawCursor ? decodeCursor(rawCursor) : undefined
+      if (rawCursor && !cursor) throw invalidParameter('cursor', 'cursor must be the nextCursor of a previous page')
+      const page = await directory.list({
+        accountId: ctx.principal.accountId,
+        crewId: idParam(q, 'crewId'),
+        agentId: idParam(q, 'agentId'),
+        state: enumParam(q, 'state', LISTING_STATES),
+        limit: intParam(q, 'limit', { min: 1, max: 500, fallback: 100 }),
+        cursor,
+      })
+      // Presence: the supervisors whose watch streams of the session are open on this gateway.
+      return { status: 200, body: { ...page, data: page.data.map(r => ({ ...r, watchers: presence.of(r.sessionId) })) } }
+    },
+  }
+  return [listing]
+}

@@ -1,0 +1,88 @@
+// The supervisors' lifecycle feed of an account's sessions (issue 13): created, changed (state,
+// transfer, a turn's counts) and closed, read from the session records by their updated_at.
+// Why polling the store: every engine node writes those records behind its sessions, so one
+// indexed query per feed per tick sees the sessions of every node without subscribing a gateway
+// to every session; the event id is the change's time, so a feed resumes with Last-Event-ID
+// from any gateway. A write can land a little after the time it carries (write-behind, clocks
+// of different nodes), so each tick reads back a short window and skips what it already sent;
+// a resumed feed may repeat the changes of that window, which a client applies by sessionId.
+import { eventBody, parseLastEventId, SseStream } from '../gateway/sse.js'
+import { ApiError } from '../gateway/errors.js'
+import type { StreamRoute } from '../gateway/routes.js'
+import type { Clock } from '../platform/clock.js'
+import { listed, type SessionDirectory } from './session-directory.js'
+import { userIdOf } from './routes/common.js'
+import { SESSIONS_PATH } from './routes/supervision.js'
+
+export interface FeedOptions {
+  pollMs: number
+  /** How far back each tick reads again for writes that landed late. */
+  lagMs: number
+  heartbeatMs: number
+  /** Changes read per tick at most (the rest come next tick). */
+  batch: number
+}
+
+export const FEED_DEFAULTS: FeedOptions = { pollMs: 250, lagMs: 2000, heartbeatMs: 15_000, batch: 1000 }
+
+export function feedRoute(directory: SessionDirectory, clock: Clock, options: FeedOptions = FEED_DEFAULTS): StreamRoute {
+  const heartbeatBody = eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 })
+  return {
+    kind: 'stream',
+    method: 'get',
+    path: `${SESSIONS_PATH}/feed`,
+    role: 'admin',
+    tag: 'Session administration',
+    summary:
+      "Live feed of the account's sessions over SSE: session.created, session.changed (state, transfer, counts), session.closed; resumable with Last-Event-ID (the Unix ms id of the last event)",
+    requiredHeaders: ['UserId'],
+    responses: {
+      '200': { description: 'text/event-stream of supervision.feed.event', schema: 'supervision.feed.event' },
+      '400': { description: 'USER_ID_REQUIRED, INVALID_USER_ID, INVALID_LAST_EVENT_ID' },
+      '401': { description: 'Missing or unknown apikey' },
+      '403': { description: 'The key lacks the admin role' },
+    },
+    async open(ctx, start) {
+      userIdOf(ctx)
+      const lastEventId = parseLastEventId(ctx.headers['last-event-id'] ?? ctx.query.get('lastEventId'))
+      if (lastEventId === null) throw new ApiError(400, 'INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
+      const accountId = ctx.principal.accountId
+      // A fresh feed starts now (the listing gives the current state); a resumed one after its id.
+      let position = lastEventId ?? clock.now()
+      const sent = new Map<string, number>()
+      const sink = start({ 'cache-control': 'no-cache' })
+      const stream = new SseStream(sink, { heartbeatMs: options.heartbeatMs, heartbeatBody, currentId: () => position, onDropped: () => stream.end() })
+      stream.send(position, eventBody('feed.ready', { since: position }))
+      let timer: NodeJS.Timeout | undefined
+      let reading = false
+      const tick = async () => {
+        if (reading || stream.closed) return
+        reading = true
+        try {
+          const floor = position - options.lagMs
+          const rows = await directory.changedSince(accountId, floor, options.batch)
+          const now = clock.now()
+          for (const r of rows) {
+            const at = r.updated_at ?? 0
+            if ((sent.get(r._id) ?? -1) >= at) continue
+            const known = sent.has(r._id)
+            sent.set(r._id, at)
+            const untouched = r.messages === 0 && r.transfers === 0 && r.status === 'active'
+            const kind = r.end_time !== null ? 'closed' : untouched && !known ? 'created' : 'changed'
+            if (at > position) position = at
+            stream.send(position, eventBody(`session.${kind}`, { kind, session: listed(r, now) }))
+          }
+          for (const [id, at] of sent) if (at < floor) sent.delete(id)
+        } catch {
+          // A store hiccup: the next tick reads the same window again.
+        } finally {
+          reading = false
+        }
+      }
+      timer = setInterval(() => void tick(), options.pollMs)
+      timer.unref()
+      sink.onClose(() => clearInterval(timer))
+      void tick()
+    },
+  }
+}

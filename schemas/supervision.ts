@@ -1,0 +1,62 @@
+// Supervisor APIs the operator console stands on (issue 13): the account's session listing.
+const SESSION_STATES = ['active', 'paused', 'completed', 'abandoned', 'transferred_to_human', 'error']
+const LISTING_STATES = ['live', 'active', 'paused', 'closed', 'completed', 'abandoned', 'transferred_to_human', 'error']
+const id = { type: 'string', minLength: 1, maxLength: 128 }
+
+export const supervisionSchemas = {
+  'supervision.sessions.query': {
+    type: 'object',
+    properties: {
+      crewId: { ...id, description: 'Only this crew' },
+      agentId: { ...id, description: 'Only sessions whose agent in charge is this one' },
+      state: {
+        type: 'string',
+        enum: LISTING_STATES,
+        description: 'live: active or paused; closed: any ended state; absent: live plus those closed in the last hour',
+      },
+      limit: { type: 'integer', minimum: 1, maximum: 500, description: 'Page size (default 100)' },
+      cursor: { type: 'string', minLength: 1, maxLength: 512, description: 'nextCursor of the previous page' },
+    },
+  },
+  'supervision.session': {
+    type: 'object',
+    required: ['sessionId', 'crewId', 'agentId', 'state', 'live', 'startTime', 'endTime', 'age', 'messages'],
+    properties: {
+      sessionId: { type: 'string' },
+      crewId: { type: 'string' },
+      agentId: { type: 'string', description: 'Agent in charge now (or at the end)' },
+      agents: { type: 'array', items: { type: 'string' }, description: 'Every agent the session passed through, in order' },
+      state: { type: 'string', enum: SESSION_STATES },
+      live: { type: 'boolean' },
+      startTime: { type: 'integer', description: 'Unix ms' },
+      endTime: { type: ['integer', 'null'], description: 'Unix ms; null while live' },
+      age: { type: 'integer', description: 'Milliseconds since the start (to the end once closed)' },
+      messages: { type: 'integer' },
+      userMessages: { type: 'integer' },
+      assistantMessages: { type: 'integer' },
+      toolCalls: { type: 'integer' },
+      transfers: { type: 'integer' },
+      endReason: { type: ['string', 'null'] },
+      watchers: { type: 'array', items: { type: 'string' }, description: 'UserIds of the supervisors watching it (open watch streams on the answering gateway)' },
+      lastActivity: { type: 'integer', description: 'Unix ms of the last recorded activity (a turn, a transfer, a pause, the close)' },
+    },
+  },
+  'supervision.sessions.page': {
+    type: 'object',
+    required: ['data'],
+    properties: {
+      data: { type: 'array', items: { $ref: 'supervision.session' } },
+      nextCursor: { type: 'string', description: 'Pass as cursor for the next page; absent on the last page' },
+    },
+  },
+  'supervision.feed.event': {
+    type: 'object',
+    required: ['kind', 'session'],
+    description:
+      'text/event-stream; event: session.created | session.changed | session.closed, id: Unix ms of the change (send it back as Last-Event-ID), data: this object. A resumed feed may repeat the changes of its last seconds: apply them by sessionId.',
+    properties: {
+      kind: { type: 'string', enum: ['created', 'changed', 'closed'] },
+      session: { $ref: 'supervision.session' },
+    },
+  },
+} as const

@@ -1,0 +1,106 @@
+// The operator console end to end in a real browser: Debian's chromium (/usr/bin/chromium,
+// installed by .ci/system-deps.sh) driven by playwright-core, against a real service process
+// on loopback. Writes the README's screenshots (docs/screenshots/) at 1280 and 390 px.
+import t from 'tap'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { chromium } from 'playwright-core'
+import { ensureConsoleBuilt } from './build.js'
+import { call, KEYS, startTestService } from '../support/harness.js'
+import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
+
+const CHROMIUM = '/usr/bin/chromium'
+const root = fileURLToPath(new URL('../../', import.meta.url))
+const SUPERVISOR = 'sup-ana'
+
+t.test('a supervisor signs in, sees a new session live, whispers, transfers, pauses and resumes it, and runs a report', { skip: existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (make test-deps)` }, async t => {
+  await ensureConsoleBuilt()
+  const svc = await startTestService(t)
+  const profile = mkdtempSync(join(tmpdir(), 'sb-chromium-'))
+  t.teardown(() => rmSync(profile, { recursive: true, force: true }))
+  // A temporary profile (the --user-data-dir), never a downloaded browser.
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1280, height: 800 },
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  })
+  t.teardown(() => context.close())
+  const page = await context.newPage()
+  const foreign: string[] = []
+  page.on('request', r => {
+    if (!r.url().startsWith(svc.base) && !r.url().startsWith('data:')) foreign.push(r.url())
+  })
+  const errors: string[] = []
+  page.on('pageerror', e => errors.push(String(e)))
+
+  const t0 = Date.now()
+  await page.goto(`${svc.base}/console/`)
+  await page.getByLabel('API key').waitFor()
+  const firstRender = Date.now() - t0
+  t.comment(`first render ${firstRender} ms`)
+  t.ok(firstRender < 1000, `first render under 1 s (${firstRender} ms)`)
+
+  // Sign in with the keyboard only.
+  await page.getByLabel('API key').fill(KEYS.acme)
+  await page.getByLabel('Supervisor id (UserId)').fill(SUPERVISOR)
+  await page.keyboard.press('Enter')
+  await page.getByRole('heading', { name: 'Live sessions' }).waitFor()
+  t.notOk(page.url().includes(KEYS.acme), 'the key is not in the URL')
+
+  const s = await createSession(svc.base, { body: { arguments: { name: '<img src=x onerror=alert(1)>' } } })
+  t.teardown(() => s.stream.close())
+  const created = Date.now()
+  const row = page.locator(`tr[data-session="${s.sessionId}"]`)
+  await row.waitFor({ timeout: 3000 })
+  const appeared = Date.now() - created
+  t.ok(appeared < 1000, `the new session is listed within a second (${appeared} ms)`)
+  await call(svc.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: '<b>hello</b> I need help' } })
+  await page.screenshot({ path: `${root}docs/screenshots/console-sessions-1280.png` })
+
+  await row.getByRole('button').click()
+  await page.getByRole('heading', { name: `Session ${s.sessionId}` }).waitFor()
+  const watching = async () => (await call(svc.base, 'GET', '/engine/api/administration/sessions', { headers: { UserId: 'auditor' } })).json.data[0].watchers
+  for (let i = 0; i < 50 && !(await watching()).includes(SUPERVISOR); i++) await new Promise(r => setTimeout(r, 50))
+  t.same(await watching(), [SUPERVISOR], 'the open session page shows as presence')
+  await page.getByLabel('Text').fill('Offer the gold plan discount')
+  await page.getByRole('button', { name: 'Whisper' }).click()
+  await page.getByText('Whisper: done (200)').waitFor()
+  await page.locator('.transcript li', { hasText: 'Offer the gold plan discount' }).waitFor()
+  t.equal(await page.locator('.transcript b').count(), 0, 'user text is rendered as text, never as HTML')
+  await page.getByLabel('Transfer to').selectOption('support')
+  await page.getByRole('button', { name: 'Transfer' }).click()
+  await page.getByText('Transfer: done (200)').waitFor()
+  await page.locator('.transcript li', { hasText: 'agent.transferred' }).waitFor()
+  await page.locator('.session-agent', { hasText: 'support' }).waitFor()
+  const history = (await call(svc.base, 'GET', `${ADMIN}/${s.sessionId}/history`, { headers: { UserId: 'auditor' } })).json.data as any[]
+  t.ok(history.some(e => e.type === 'message.whisper' && e.userId === SUPERVISOR && e.text === 'Offer the gold plan discount'), 'the whisper is in the history with the supervisor')
+  t.ok(history.some(e => e.type === 'agent.transferred' && e.userId === SUPERVISOR && e.to === 'support'), 'the transfer is in the history')
+
+  await page.getByRole('button', { name: 'Pause' }).click()
+  await page.getByText('Pause: done (200)').waitFor()
+  await page.locator('.session-state', { hasText: 'paused' }).waitFor()
+  await page.getByRole('button', { name: 'Resume' }).click()
+  await page.getByText('Resume: done (200)').waitFor()
+  await page.locator('.session-state', { hasText: 'active' }).waitFor()
+  await page.screenshot({ path: `${root}docs/screenshots/console-session-1280.png`, fullPage: true })
+
+  await page.setViewportSize({ width: 390, height: 844 })
+  await page.screenshot({ path: `${root}docs/screenshots/console-session-390.png`, fullPage: true })
+  await page.getByRole('button', { name: '← Sessions' }).click()
+  await page.getByRole('heading', { name: 'Live sessions' }).waitFor()
+  await page.screenshot({ path: `${root}docs/screenshots/console-sessions-390.png` })
+  await page.setViewportSize({ width: 1280, height: 800 })
+
+  await page.getByRole('button', { name: 'reports' }).click()
+  await page.locator('.chart canvas').waitFor({ timeout: 5000 })
+  t.ok((await page.locator('.chart .u-legend .u-series').count()) >= 2, 'the chart has the time axis and at least one metric series')
+  await page.screenshot({ path: `${root}docs/screenshots/console-reports-1280.png` })
+
+  t.same(foreign, [], 'no request leaves the origin')
+  t.same(errors, [], 'no page error')
+  const stored = await page.evaluate(() => sessionStorage.getItem('switchboard.console'))
+  t.match(stored, SUPERVISOR, 'the sign-in is kept in sessionStorage')
+})
