@@ -1,6 +1,7 @@
 // The operator console end to end in a real browser: Debian's chromium (/usr/bin/chromium,
 // installed by .ci/system-deps.sh) driven by playwright-core, against a real service process
-// on loopback. Writes the README's screenshots (docs/screenshots/) at 1280 and 390 px.
+// on loopback. Takes the README's screenshots at 1280 and 390 px: into docs/screenshots/ with
+// UPDATE_SCREENSHOTS=1, else into a temporary folder (a test run leaves the work tree as it was).
 import t from 'tap'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -13,6 +14,7 @@ import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
 
 const CHROMIUM = '/usr/bin/chromium'
 const root = fileURLToPath(new URL('../../', import.meta.url))
+const shots = process.env.UPDATE_SCREENSHOTS === '1' ? `${root}docs/screenshots` : mkdtempSync(join(tmpdir(), 'sb-shots-'))
 const SUPERVISOR = 'sup-ana'
 
 t.test('a supervisor signs in, sees a new session live, whispers, transfers, pauses and resumes it, and runs a report', { skip: existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (make test-deps)` }, async t => {
@@ -58,7 +60,7 @@ t.test('a supervisor signs in, sees a new session live, whispers, transfers, pau
   const appeared = Date.now() - created
   t.ok(appeared < 1000, `the new session is listed within a second (${appeared} ms)`)
   await call(svc.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: '<b>hello</b> I need help' } })
-  await page.screenshot({ path: `${root}docs/screenshots/console-sessions-1280.png` })
+  await page.screenshot({ path: `${shots}/console-sessions-1280.png` })
 
   await row.getByRole('button').click()
   await page.getByRole('heading', { name: `Session ${s.sessionId}` }).waitFor()
@@ -85,19 +87,19 @@ t.test('a supervisor signs in, sees a new session live, whispers, transfers, pau
   await page.getByRole('button', { name: 'Resume' }).click()
   await page.getByText('Resume: done (200)').waitFor()
   await page.locator('.session-state', { hasText: 'active' }).waitFor()
-  await page.screenshot({ path: `${root}docs/screenshots/console-session-1280.png`, fullPage: true })
+  await page.screenshot({ path: `${shots}/console-session-1280.png`, fullPage: true })
 
   await page.setViewportSize({ width: 390, height: 844 })
-  await page.screenshot({ path: `${root}docs/screenshots/console-session-390.png`, fullPage: true })
+  await page.screenshot({ path: `${shots}/console-session-390.png`, fullPage: true })
   await page.getByRole('button', { name: '← Sessions' }).click()
   await page.getByRole('heading', { name: 'Live sessions' }).waitFor()
-  await page.screenshot({ path: `${root}docs/screenshots/console-sessions-390.png` })
+  await page.screenshot({ path: `${shots}/console-sessions-390.png` })
   await page.setViewportSize({ width: 1280, height: 800 })
 
   await page.getByRole('button', { name: 'reports' }).click()
   await page.locator('.chart canvas').waitFor({ timeout: 5000 })
   t.ok((await page.locator('.chart .u-legend .u-series').count()) >= 2, 'the chart has the time axis and at least one metric series')
-  await page.screenshot({ path: `${root}docs/screenshots/console-reports-1280.png` })
+  await page.screenshot({ path: `${shots}/console-reports-1280.png` })
 
   t.same(foreign, [], 'no request leaves the origin')
   t.same(errors, [], 'no page error')
