@@ -69,7 +69,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       role: 'dialer',
       tag: TAG,
       summary,
-      responses: { '202': { description: 'Accepted; poll the batch.lifecycle operation at Location' }, '404': { description: 'No such batch' }, '409': { description: 'Not allowed in the current status' } },
+      responses: { '202': { description: 'Accepted; poll the batch.lifecycle operation at Location', schema: 'dialer.lifecycle.accepted' }, '404': { description: 'No such batch' }, '409': { description: 'Not allowed in the current status' } },
       handle: async ctx => accepted(await s.lifecycle.request(ctx.principal, ctx.params.batchId!, type)),
     })
 
@@ -139,6 +139,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       role: 'dialer',
       tag: TAG,
       summary: 'List batches (newest first); query status, limit, offset',
+      responses: { '200': { description: 'A page of batches', schema: 'dialer.batch.list' } },
       handle: async ctx => {
         const status = enumParam(ctx.query, 'status', ['created', 'running', 'stopped', 'completed', 'archived', 'deleting'] as const)
         const { limit, offset } = page(ctx)
@@ -152,7 +153,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       tag: TAG,
       summary: 'Get a signed URL (valid 1 hour) to PUT a CSV file to',
       requestSchema: 'dialer.upload-url.create',
-      responses: { '201': { description: 'uploadUrl, tempCsvKey, expiresAt' } },
+      responses: { '201': { description: 'uploadUrl, tempCsvKey, expiresAt', schema: 'dialer.upload-url' }, '429': { description: 'UPLOAD_LIMIT_EXCEEDED' } },
       handle: async ctx => {
         const input = body<{ fileName: string }>(ctx, 'dialer.upload-url.create')
         return { status: 201, body: await s.imports.createUploadUrl(ctx.principal, input.fileName, ctx.headers.host) }
@@ -165,7 +166,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       role: null,
       tag: TAG,
       summary: 'Upload the CSV to a signed URL (no apikey; Content-Type: text/csv)',
-      responses: { '200': { description: 'Stored' }, '403': { description: 'Bad or expired signature' }, '415': { description: 'Not text/csv' } },
+      responses: { '200': { description: 'Stored', schema: 'dialer.upload.stored' }, '403': { description: 'Bad or expired signature' }, '415': { description: 'Not text/csv' } },
       handle: async (ctx, stream) => ({
         status: 200,
         body: await s.imports.receive(ctx.params.uploadKey!, ctx.query, ctx.headers['content-type'], stream),
@@ -218,6 +219,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       'List the contacts of a batch (oldest first); query identifier, state, limit, offset',
       ctx => ({ identifier: ctx.query.get('identifier') || undefined, state: enumParam(ctx.query, 'state', ['pending', 'in_progress', 'done', 'cancelled'] as const) }),
       (batch, filter, { limit, offset }) => s.contacts.list(batch._id, filter, limit, offset),
+      'dialer.contact.list',
     ),
     {
       method: 'get',
@@ -225,6 +227,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       role: 'dialer',
       tag: TAG,
       summary: 'Read one contact with its attempt history and whether (or why not, and when) it may be dialed now',
+      responses: { '200': { description: 'The contact, attemptHistory and dialability', schema: 'dialer.contact.view' }, '404': { description: 'No such batch or contact' } },
       handle: async ctx => {
         const batch = await s.batches.get(ctx.principal.accountId, ctx.params.batchId!)
         return { status: 200, body: await s.control.detail(batch, ctx.params.contactId!) }
@@ -237,7 +240,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       tag: TAG,
       summary: 'Set the next attempt of a contact (scheduledAt: UTC, future, within 30 days); a done or cancelled contact is dialed again',
       requestSchema: 'dialer.contact.reschedule',
-      responses: { '200': { description: 'The contact' }, '400': { description: 'Invalid scheduledAt' }, '404': { description: 'No such batch or contact' }, '409': { description: 'The contact is being dialed now' } },
+      responses: { '200': { description: 'The contact', schema: 'dialer.contact.view' }, '400': { description: 'Invalid scheduledAt' }, '404': { description: 'No such batch or contact' }, '409': { description: 'The contact is being dialed now' } },
       handle: async ctx => {
         const input = body<{ scheduledAt: string }>(ctx, 'dialer.contact.reschedule')
         const batch = await s.batches.getWritable(ctx.principal.accountId, ctx.params.batchId!)
@@ -250,7 +253,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       role: 'dialer',
       tag: TAG,
       summary: 'Cancel a contact: no further attempts (one in flight ends and is recorded)',
-      responses: { '200': { description: 'The contact' }, '404': { description: 'No such batch or contact' }, '409': { description: 'The contact is already done' } },
+      responses: { '200': { description: 'The contact', schema: 'dialer.contact.view' }, '404': { description: 'No such batch or contact' }, '409': { description: 'The contact is already done' } },
       handle: async ctx => {
         const batch = await s.batches.getWritable(ctx.principal.accountId, ctx.params.batchId!)
         return { status: 200, body: await s.control.cancel(batch, ctx.params.contactId!) }
@@ -261,6 +264,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       'The attempts of a batch, newest first; query outcome, limit, offset',
       ctx => ({ outcome: enumParam(ctx.query, 'outcome', OUTCOMES) }),
       (batch, filter, { limit, offset }) => s.attempts.list(batch._id, filter, limit, offset),
+      'dialer.attempt.list',
     ),
     {
       method: 'post',
@@ -271,7 +275,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       requestSchema: 'dialer.attempt.outcome',
       requiredHeaders: ['X-Switchboard-Signature', 'X-Switchboard-Timestamp'],
       responses: {
-        '200': { description: 'Accepted; the attempt ends with this outcome' },
+        '200': { description: 'Accepted; the attempt ends with this outcome', schema: 'dialer.attempt.reported' },
         '400': { description: 'Invalid body' },
         '401': { description: 'INVALID_SIGNATURE: missing, stale or wrong signature' },
         '404': { description: 'No such webhook attempt' },
@@ -287,6 +291,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
     batchListRoute('logs', 'The batch audit log, newest first; query limit, offset', noFilter, (batch, _, { limit, offset }) => s.log.list(batch.accountId, batch._id, limit, offset), 'dialer.batch.logs'),
     batchListRoute('import-errors', 'Per-row errors of the CSV import (row number, field, code, reason)', noFilter, (batch, _, { limit, offset }) =>
       s.imports.listRowErrors(batch._id, limit, offset),
+      'dialer.import-errors',
     ),
     write({
       method: 'post',
@@ -320,6 +325,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       role: 'dialer',
       tag: TAG,
       summary: 'List blocked addresses; query addressType, address, limit, offset',
+      responses: { '200': { description: 'A page of blocked addresses, newest first', schema: 'dialer.blocked.list' } },
       handle: async ctx => {
         const addressType = enumParam(ctx.query, 'addressType', ADDRESS_TYPES)
         const address = ctx.query.get('address') || undefined

@@ -4,6 +4,46 @@ const uuid = { type: 'string', format: 'uuid' } as const
 const dateTime = { type: 'string', format: 'date-time' } as const
 const count = { type: 'integer', minimum: 0 } as const
 
+const list = (item: Record<string, unknown>) => ({ type: 'object', required: ['data', 'total'], properties: { data: { type: 'array', items: item }, total: count } }) as const
+
+const contactView = {
+  type: 'object',
+  required: ['contactId', 'batchId', 'identifier', 'name', 'addresses', 'state'],
+  properties: {
+    contactId: uuid,
+    batchId: uuid,
+    identifier: { type: 'string' },
+    identifierGenerated: { type: 'boolean' },
+    name: { type: 'string' },
+    addresses: { type: 'array', items: { type: 'object', required: ['address', 'type', 'priority'] } },
+    scheduledAt: { type: ['string', 'null'] },
+    contactPriority: { type: ['integer', 'null'] },
+    customFields: { type: 'object' },
+    state: { type: 'string' },
+    nextAttemptAt: { type: 'string' },
+    attempts: count,
+  },
+} as const
+
+const attemptView = {
+  type: 'object',
+  required: ['attemptId', 'batchId', 'contactId', 'provider', 'outcome', 'startedAt'],
+  properties: {
+    attemptId: uuid,
+    batchId: uuid,
+    contactId: uuid,
+    identifier: { type: 'string' },
+    address: { type: 'string' },
+    type: { type: 'string' },
+    attemptNumber: { type: 'integer' },
+    provider: { type: 'string' },
+    outcome: { type: ['string', 'null'] },
+    detail: { type: ['string', 'null'] },
+    startedAt: dateTime,
+    endedAt: { type: ['string', 'null'] },
+  },
+} as const
+
 export const dialerResponseSchemas = {
   'dialer.insert.accepted': {
     type: 'object',
@@ -53,6 +93,28 @@ export const dialerResponseSchemas = {
       totalContacts: count,
     },
   },
+  'dialer.batch.list': list({ $ref: 'dialer.batch' }),
+  'dialer.upload-url': {
+    type: 'object',
+    required: ['uploadUrl', 'tempCsvKey', 'expiresAt'],
+    properties: { uploadUrl: { type: 'string' }, tempCsvKey: { type: 'string' }, method: { const: 'PUT' }, headers: { type: 'object' }, expiresAt: dateTime },
+  },
+  'dialer.upload.stored': { type: 'object', required: ['tempCsvKey', 'size'], properties: { tempCsvKey: { type: 'string' }, size: count } },
+  'dialer.lifecycle.accepted': {
+    type: 'object',
+    required: ['operationId', 'operationUrl', 'status', 'batchId'],
+    properties: { operationId: uuid, operationUrl: { type: 'string' }, status: { const: 'queued' }, batchId: uuid, batchStatus: { type: 'string' } },
+  },
+  'dialer.contact.view': contactView,
+  'dialer.contact.list': list(contactView),
+  'dialer.attempt.list': list(attemptView),
+  'dialer.attempt.reported': {
+    type: 'object',
+    required: ['attemptId', 'outcome', 'status'],
+    properties: { attemptId: uuid, outcome: { type: 'string' }, detail: { type: ['string', 'null'] }, status: { const: 'accepted' } },
+  },
+  'dialer.import-errors': list({ type: 'object', required: ['row', 'field', 'code', 'reason'], properties: { row: { type: 'integer' }, identifier: { type: ['string', 'null'] }, field: { type: 'string' }, code: { type: 'string' }, reason: { type: 'string' } } }),
+  'dialer.blocked.list': list({ type: 'object', required: ['address', 'addressType', 'createdAt'], properties: { address: { type: 'string' }, addressType: { type: 'string' }, reason: { type: ['string', 'null'] }, blockedBy: { type: 'string' }, createdAt: dateTime } }),
   'dialer.blocked.result': { type: 'object', required: ['blocked', 'skipped'], properties: { blocked: count, skipped: count } },
   'dialer.unblocked.result': { type: 'object', required: ['unblocked'], properties: { unblocked: count } },
   'dialer.batch.logs': {
