@@ -113,4 +113,18 @@ export const channelSchemas = {
   'event.session.paused': sessionEvent({}, []),
   'event.session.resumed': sessionEvent({}, []),
   'event.session.closed': sessionEvent({ reason: { type: 'string' } }, ['reason']),
+  /**
+   * What a channel stream carries: frames `id: <seq>`, `event: <name>`, `data: <JSON>`; the data
+   * of each event name is the schema `event.<name>` (x-events maps them).
+   */
+  'channel.stream': {
+    description: 'Server-Sent Events; each frame has id (the session event sequence), event (a name in x-events) and data (JSON, the schema x-events names)',
+    type: 'string',
+    'x-events': Object.fromEntries(
+      [
+        'Initialized', 'session.consumer.attached', 'hearthbeat', 'reconnect_required', 'stream.gap', 'crew.status.writing', 'assistant.response',
+        'assistant.message', 'crew.status.waiting', 'assistant.error', 'session.transferred', 'session.paused', 'session.resumed', 'session.closed',
+      ].map(name => [name, { $ref: `event.${name}` }]),
+    ),
+  },
 }

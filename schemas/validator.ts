@@ -122,7 +122,7 @@ export class SchemaRegistry {
 
   constructor(groups: Record<string, JsonSchema>[]) {
     addFormats.default(this.ajv)
-    this.ajv.addVocabulary(['x-code', 'x-expected', 'example', 'x-role'])
+    this.ajv.addVocabulary(['x-code', 'x-expected', 'example', 'x-role', 'x-events'])
     this.ajv.addKeyword({ keyword: 'x-bounds', schemaType: 'object', validate: checkBounds, errors: true })
     for (const group of groups) for (const [id, schema] of Object.entries(group)) this.all.set(id, schema)
     for (const [id, schema] of this.all) this.ajv.addSchema({ ...schema, $id: id })

@@ -31,7 +31,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       summary: 'Create a session with a crew and stream its events (first event: Initialized)',
       requestSchema: 'channel.create',
       responses: {
-        '200': { description: 'text/event-stream: Initialized, then the session events' },
+        '200': { description: 'text/event-stream: Initialized, then the session events', schema: 'channel.stream' },
         '400': errors['400'],
         '429': { description: 'SESSION_LIMIT_REACHED: the crew has maxConcurrentSessions live sessions' },
       },
@@ -70,7 +70,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       role: 'channel',
       tag,
       summary: 'Attach a consumer (first event: session.consumer.attached); with Last-Event-ID, the events after it are replayed first (through any gateway)',
-      responses: { '200': { description: 'text/event-stream' }, ...errors, '429': { description: 'CONSUMER_LIMIT_REACHED' } },
+      responses: { '200': { description: 'text/event-stream: session.consumer.attached, the replay after Last-Event-ID, then live events', schema: 'channel.stream' }, ...errors, '429': { description: 'CONSUMER_LIMIT_REACHED' } },
       async open(ctx, start) {
         const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
         const consumerId = ctx.query.get('consumerId') ?? ctx.headers['x-consumer-id'] ?? undefined
