@@ -46,7 +46,7 @@ export function watchRoute(transport: SessionTransport, presence: Presence, opti
       "Supervisor watch stream (SSE): the session's history entries as they are written (first event watch.ready; then event history, id = seq; resumable with Last-Event-ID) and its live channel events (event channel); not a channel consumer. Watchers are listed as presence",
     requiredHeaders: ['UserId'],
     responses: {
-      '200': { description: 'text/event-stream' },
+      '200': { description: 'text/event-stream', schema: 'supervision.watch.stream' },
       '400': { description: 'USER_ID_REQUIRED, INVALID_USER_ID, INVALID_SESSION_ID, INVALID_LAST_EVENT_ID' },
       '401': { description: 'Missing or unknown apikey' },
       '403': { description: 'The key lacks the admin role' },

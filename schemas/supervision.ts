@@ -59,4 +59,16 @@ export const supervisionSchemas = {
       session: { $ref: 'supervision.session' },
     },
   },
+  /** Frames of the supervisor watch stream (x-events: each event name to its data). */
+  'supervision.watch.stream': {
+    description: 'Server-Sent Events: watch.ready first, then history entries (id = their seq) and the live channel events',
+    type: 'string',
+    'x-events': {
+      'watch.ready': { type: 'object', required: ['sessionId', 'after'], properties: { sessionId: { type: 'string' }, after: { type: 'integer' } } },
+      history: { type: 'object', required: ['seq', 'at', 'type'], properties: { seq: { type: 'integer' }, at: { type: 'string' }, type: { type: 'string' }, userId: { type: 'string' } } },
+      channel: { type: 'object', description: 'A channel event as a listener sees it (kind, name, data)' },
+      'session.gone': { type: 'object' },
+      hearthbeat: { $ref: 'event.hearthbeat' },
+    },
+  },
 } as const
