@@ -1,4 +1,4 @@
 export * from './types.js'
 export { MemoryStore } from './memory-store.js'
 export { MongoStore } from './mongo-store.js'
-export { LmdbStore, type LmdbStoreOptions } from './lmdb-store.js'
+export { embeddedStorePath, LmdbStore, type LmdbStoreOptions } from './lmdb-store.js'

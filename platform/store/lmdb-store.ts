@@ -22,6 +22,7 @@
 // TTL: a TTL index is an ordered index on its Date field; a sweep reads the expired end of it
 // a bounded slice at a time (TTL_SLICE entries per transaction), never the whole collection.
 import { mkdirSync } from 'node:fs'
+import { join } from 'node:path'
 import { isDeepStrictEqual } from 'node:util'
 import { open, type Database, type RootDatabase } from 'lmdb'
 import { aggregate, find } from 'mingo'
@@ -518,6 +519,9 @@ function project<T extends Doc>(doc: T, projection?: Record<string, 0 | 1>): T {
   if (!projection) return doc
   return find([doc], {}, projection).all()[0] as T
 }
+
+/** The embedded database's directory under DATA_DIR: the service and the key CLI open the same one. */
+export const embeddedStorePath = (dataDir: string) => join(dataDir, 'db')
 
 export class LmdbStore implements Store {
   readonly kind = 'lmdb' as const
