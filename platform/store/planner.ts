@@ -41,7 +41,7 @@ export interface IndexPlan {
   exact: boolean
 }
 
-const MAX_COMBINATIONS = 256
+const MAX_COMBINATIONS = 4096
 const RANGE_OPS: Record<string, 'lo' | 'hi'> = { $gt: 'lo', $gte: 'lo', $lt: 'hi', $lte: 'hi' }
 
 const isScalar = (v: unknown) => v === null || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean' || v instanceof Date
