@@ -7,12 +7,12 @@ import { AuthThrottle } from './gateway/auth-throttle.js'
 import { KeyRegistry, parseBootstrapKeys } from './gateway/auth.js'
 import { loadNativeUws } from './gateway/uws.js'
 import type { ServiceModule } from './gateway/routes.js'
-import { type Bus, MemoryBus, NatsBus } from './platform/bus/index.js'
+import { type Bus, LmdbBus, MemoryBus, NatsBus } from './platform/bus/index.js'
 import { type Clock, systemClock } from './platform/clock.js'
 import type { Config } from './platform/config.js'
 import { createLogger, type Logger } from './platform/logger.js'
 import { createMetrics } from './platform/metrics.js'
-import { MemoryStore, MongoStore, type Store } from './platform/store/index.js'
+import { embeddedStorePath, LmdbStore, MongoStore, type Store } from './platform/store/index.js'
 import type { Platform } from './platform/index.js'
 import { buildOpenApi, schemas } from './schemas/index.js'
 import { createDialer } from './dialer/index.js'
@@ -35,13 +35,18 @@ export interface ServiceOverrides {
   logger?: Logger
 }
 
+/** MONGO_URL set: MongoDB; unset: the embedded database under DATA_DIR (the one `make keys` writes). */
 async function openStore(config: Config, clock: Clock): Promise<Store> {
-  return config.mongoUrl ? MongoStore.connect(config.mongoUrl) : new MemoryStore(clock)
+  return config.mongoUrl ? MongoStore.connect(config.mongoUrl) : new LmdbStore({ path: embeddedStorePath(config.dataDir), clock })
 }
 
-/** NATS_URL set: work queues on JetStream, shared by every process; unset: in-process. */
-async function openBus(config: Config, logger: Logger): Promise<Bus> {
-  if (!config.natsUrl) return new MemoryBus(logger)
+/**
+ * NATS_URL set: work queues on JetStream, shared by every process; unset: durable queues in the
+ * embedded database (a load acknowledged before a restart completes after it), or in memory
+ * when the store is not the embedded one (MongoDB without NATS: one process, as before).
+ */
+async function openBus(config: Config, logger: Logger, store: Store): Promise<Bus> {
+  if (!config.natsUrl) return store instanceof LmdbStore ? new LmdbBus(store, logger) : new MemoryBus(logger)
   return NatsBus.connect(
     { servers: config.natsUrl, name: `switchboard-${config.role}-${process.pid}`, replicas: config.nats.streamReplicas, ackWaitMs: config.nats.ackWaitMs },
     logger,
@@ -61,7 +66,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   const metrics = createMetrics({ defaultMetrics: true })
   const store = await openStore(config, clock)
   const idempotencyStore = openIdempotencyStore(config, store)
-  const bus = await openBus(config, logger)
+  const bus = await openBus(config, logger, store)
   const platform: Platform = { config, store, bus, clock, logger, metrics }
 
   const keys = new KeyRegistry(parseBootstrapKeys(config.apiKeys), store, config.edge.keyCache, metrics.apiKeyCacheEntries)
@@ -95,7 +100,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
         version: VERSION,
         role: config.role,
         store: store.kind,
-        bus: bus instanceof NatsBus ? 'nats' : 'memory',
+        bus: bus instanceof NatsBus ? 'nats' : bus instanceof LmdbBus ? 'embedded' : 'memory',
         ...(nats ? { nats } : {}),
         modules: modules.map(m => m.name),
         dialerWorkers,

@@ -1,4 +1,6 @@
-// Issues, lists and revokes API keys in the production store (MONGO_URL).
+// Issues, lists and revokes API keys in the service's store: MongoDB when MONGO_URL is set,
+// else the embedded database under DATA_DIR (default .data), which a running `make run` reads
+// at once (LMDB lets several processes share it).
 //   node dist/cli/keys.js issue --account acme --roles dialer,reports --name "CRM sync"
 //   node dist/cli/keys.js list [--account acme]
 //   node dist/cli/keys.js revoke <keyId>
@@ -6,7 +8,7 @@
 import { parseArgs } from 'node:util'
 import { ALL_ROLES, KeyRegistry } from '../gateway/auth.js'
 import type { Role } from '../gateway/routes.js'
-import { MongoStore } from '../platform/store/index.js'
+import { embeddedStorePath, LmdbStore, MongoStore, type Store } from '../platform/store/index.js'
 
 const USAGE = `usage:
   keys issue --account ACCOUNT [--roles ${ALL_ROLES.join(',')}] [--name NAME]
@@ -21,8 +23,7 @@ async function main(argv: string[]) {
   })
   const [command, keyId] = positionals
   const url = process.env.MONGO_URL
-  if (!url) throw new Error('MONGO_URL is required: keys live in the production store (the embedded store forgets them on restart)')
-  const store = await MongoStore.connect(url)
+  const store: Store = url ? await MongoStore.connect(url) : new LmdbStore({ path: embeddedStorePath(process.env.DATA_DIR || '.data'), sweepIntervalMs: 0 })
   try {
     const registry = new KeyRegistry(new Map(), store)
     await registry.init()

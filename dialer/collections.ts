@@ -20,9 +20,15 @@ export const INDEXES: Record<string, IndexSpec[]> = {
   [COLLECTIONS.contacts]: [
     { name: 'batch_identifier_unique', key: { batchId: 1, identifier: 1 }, unique: true },
     { name: 'account_state', key: { accountId: 1, state: 1 } },
-    // Selection cycles: a batch's due contacts. `state` leads so the embedded store's hash maps
-    // of this index never answer a plain (batchId, identifier) lookup with the whole batch.
+    // A state's contacts (claims past their timeout: state in_progress, claimedAt < t). `state`
+    // leads so the in-memory store's hash maps never answer a (batchId, identifier) lookup with
+    // the whole batch.
     { name: 'state_batch_next', key: { state: 1, batchId: 1, nextAttemptAt: 1 }, partitionFields: 2 },
+    // Selection cycles: a batch's due contacts in selection order, read in index order up to the
+    // room left (dialer/scheduler/scheduler.ts): by priority (the default), or by due time for
+    // rules.priorityOrder = scheduledAt. Also the batch's count per state.
+    { name: 'batch_state_rank_next', key: { batchId: 1, state: 1, priorityRank: 1, nextAttemptAt: 1, _id: 1 } },
+    { name: 'batch_state_next_rank', key: { batchId: 1, state: 1, nextAttemptAt: 1, priorityRank: 1, _id: 1 } },
   ],
   [COLLECTIONS.operations]: [
     // TTL: documents carry their own absolute expiry (retention differs per kind and phase).

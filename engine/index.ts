@@ -52,7 +52,9 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
   const crews = options.crews ?? loadCrews(config.crewsFile)
   const cluster = options.cluster
   if (cluster) return createClusteredEngine(platform, crews, cluster, options)
-  const host = newHost(platform, crews, options)
+  // A durable embedded store: a user message is acknowledged once its history entry is committed,
+  // so a kill -9 cannot lose what a client was told was received (restored on its next command).
+  const host = newHost(platform, crews, options, platform.store.kind === 'lmdb' ? { durableAcks: true } : {})
   const reaper = newReaper(platform, host)
   const transport: SessionTransport = new InProcessTransport(host)
   const hub = newHub(platform, transport)

@@ -81,7 +81,7 @@ export interface Collection<T extends Doc = Doc> {
 }
 
 export interface Store {
-  readonly kind: 'memory' | 'mongo'
+  readonly kind: 'memory' | 'lmdb' | 'mongo'
   collection<T extends Doc = Doc>(name: string): Collection<T>
   ensureIndexes(collection: string, indexes: IndexSpec[]): Promise<void>
   close(): Promise<void>

@@ -7,7 +7,7 @@ t.test('public endpoints answer without a key', async t => {
   const health = await call(base, 'GET', '/healthz', { key: null })
   t.equal(health.status, 200)
   t.equal(health.json.status, 'ok')
-  t.equal(health.json.store, 'memory')
+  t.equal(health.json.store, 'lmdb')
 
   const openapi = await call(base, 'GET', '/openapi.json', { key: null })
   t.equal(openapi.status, 200)

@@ -1,11 +1,16 @@
-// The store contract: MemoryStore (mingo, in-process) and MongoStore (the official driver, here
+// The store contract: MemoryStore (mingo, in-process), LmdbStore (the embedded default: LMDB in
+// a temporary directory, mingo over ordered indexes) and MongoStore (the official driver, here
 // against the MongoDB wire-protocol test server, a fresh database per run) must answer alike for
-// everything the repositories rely on. Every subtest runs on both stores; a difference is a bug
+// everything the repositories rely on. Every subtest runs on every store; a difference is a bug
 // in one of them. The one deliberate difference is noted where it shows: an upsert whose filter
 // and $setOnInsert give no _id gets a generated one (a UUID string here, an ObjectId from mongod);
 // repositories always give the _id.
 import t from 'tap'
 import { randomUUID } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { LmdbStore } from '../../platform/store/lmdb-store.js'
 import { MemoryStore } from '../../platform/store/memory-store.js'
 import { MongoStore } from '../../platform/store/mongo-store.js'
 import { type Doc, DuplicateKeyError, type Store } from '../../platform/store/types.js'
@@ -13,13 +18,18 @@ import { UnsafeUpdatePathError } from '../../platform/store/update-paths.js'
 import { startMongoTestServer, type MongoTestServer } from '../support/mongo-server.js'
 import { bucketKey, bucketKeyExpression, HOUR, offsetSegments } from '../../reports/time-buckets.js'
 
-type Kind = 'memory' | 'mongo'
+type Kind = 'memory' | 'lmdb' | 'mongo'
 
 let server: MongoTestServer | undefined
 t.teardown(() => server?.stop())
 
 async function open(kind: Kind): Promise<Store> {
   if (kind === 'memory') return new MemoryStore()
+  if (kind === 'lmdb') {
+    const dir = mkdtempSync(join(tmpdir(), 'sb-contract-'))
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+    return new LmdbStore({ path: dir })
+  }
   server ??= await startMongoTestServer()
   const url = new URL(server.url)
   url.pathname = `/contract_${randomUUID().replace(/-/g, '')}`
@@ -43,7 +53,7 @@ async function waitFor(check: () => Promise<boolean>, ms: number): Promise<boole
   }
 }
 
-for (const kind of ['memory', 'mongo'] as const) {
+for (const kind of ['memory', 'lmdb', 'mongo'] as const) {
   t.test(`${kind} store`, async t => {
     const store = await open(kind)
     t.teardown(() => store.close())
@@ -623,6 +633,80 @@ for (const kind of ['memory', 'mongo'] as const) {
       t.ok((await failure(c.insertOne(doc))) instanceof UnsafeUpdatePathError, 'a document with a __proto__ key')
       t.equal(({} as any).polluted, undefined, 'Object.prototype untouched')
       t.same(await c.findOne({ _id: 'a' }), { _id: 'a', customFields: {} })
+    })
+
+    t.test('ordered indexes: equality prefix, range, sort and limit (the dialer selection)', async t => {
+      const [c, name] = fresh('ordered')
+      await store.ensureIndexes(name, [{ name: 'batch_state_rank_next', key: { batchId: 1, state: 1, priorityRank: 1, nextAttemptAt: 1 } }])
+      const base = Date.parse('2026-06-01T00:00:00Z')
+      const docs = Array.from({ length: 60 }, (_, i) => ({
+        _id: `c${String(i).padStart(2, '0')}`,
+        batchId: i % 3 === 0 ? 'other' : 'b',
+        state: i % 5 === 0 ? 'done' : 'pending',
+        priorityRank: i % 4 === 0 ? Number.MAX_SAFE_INTEGER : (i * 7) % 4,
+        nextAttemptAt: new Date(base + ((i * 13) % 60) * 60_000),
+      }))
+      await c.insertMany(docs)
+      const now = new Date(base + 30 * 60_000)
+      const due = docs.filter(d => d.batchId === 'b' && d.state === 'pending' && d.nextAttemptAt <= now)
+      const byRank = [...due].sort((a, b) => a.priorityRank - b.priorityRank || +a.nextAttemptAt - +b.nextAttemptAt || (a._id < b._id ? -1 : 1))
+      const filter = { batchId: 'b', state: 'pending', nextAttemptAt: { $lte: now } }
+      t.same(ids(await c.find(filter, { sort: { priorityRank: 1, nextAttemptAt: 1, _id: 1 }, limit: 5 })), ids(byRank.slice(0, 5)), 'first 5 by (rank, next, _id)')
+      t.same(ids(await c.find(filter, { sort: { priorityRank: 1, nextAttemptAt: 1, _id: 1 } })), ids(byRank), 'all of them, in order')
+      t.same(ids(await c.find(filter, { sort: { priorityRank: -1, nextAttemptAt: -1, _id: -1 }, limit: 4 })), ids([...byRank].reverse().slice(0, 4)), 'descending')
+      t.same(ids(await c.find(filter, { sort: { priorityRank: 1, nextAttemptAt: 1, _id: 1 }, skip: 2, limit: 3 })), ids(byRank.slice(2, 5)), 'skip + limit')
+      const byNext = [...due].sort((a, b) => +a.nextAttemptAt - +b.nextAttemptAt || a.priorityRank - b.priorityRank || (a._id < b._id ? -1 : 1))
+      t.same(ids(await c.find(filter, { sort: { nextAttemptAt: 1, priorityRank: 1, _id: 1 }, limit: 6 })), ids(byNext.slice(0, 6)), 'a sort the index does not give')
+      t.equal(await c.countDocuments(filter), due.length, 'count of the range')
+      t.equal(await c.countDocuments({ batchId: 'b', state: 'pending' }), docs.filter(d => d.batchId === 'b' && d.state === 'pending').length, 'count of a prefix')
+      t.equal(await c.countDocuments({ batchId: 'b', state: { $in: ['pending', 'done'] }, priorityRank: { $gte: 1, $lt: 3 } }), docs.filter(d => d.batchId === 'b' && d.priorityRank >= 1 && d.priorityRank < 3).length, '$in prefix + range')
+      t.same(ids(await c.find({ batchId: 'b', state: { $in: ['done', 'pending'] } }, { sort: { priorityRank: 1, nextAttemptAt: 1, _id: 1 }, limit: 3 })),
+        ids(docs.filter(d => d.batchId === 'b').sort((a, b) => a.priorityRank - b.priorityRank || +a.nextAttemptAt - +b.nextAttemptAt || (a._id < b._id ? -1 : 1)).slice(0, 3)), '$in prefix, sorted across values')
+      // Values of another type are outside a range (mongod brackets types) and sort by type.
+      await c.insertMany([
+        { _id: 'y1', batchId: 'b', state: 'pending', priorityRank: 'high', nextAttemptAt: new Date(base) },
+        { _id: 'y2', batchId: 'b', state: 'pending', priorityRank: null, nextAttemptAt: base },
+        { _id: 'y3', batchId: 'b', state: 'pending', nextAttemptAt: new Date(base) },
+      ])
+      t.equal(await c.countDocuments(filter), due.length + 2, 'the numeric nextAttemptAt is outside a Date range')
+      t.equal(await c.countDocuments({ batchId: 'b', state: 'pending', priorityRank: { $gte: 0 } }), docs.filter(d => d.batchId === 'b' && d.state === 'pending').length, 'a string rank is outside a number range')
+      t.same(ids(await c.find(filter, { sort: { priorityRank: 1, nextAttemptAt: 1, _id: 1 }, limit: 2 })), ['y3'].concat(ids(byRank.slice(0, 1))), 'missing sorts first (as null)')
+      t.same(ids(await c.find(filter, { sort: { priorityRank: -1, nextAttemptAt: -1, _id: -1 }, limit: 1 })), ['y1'], 'strings after numbers')
+    })
+
+    t.test('ordered indexes: long strings, arrays, and documents that move', async t => {
+      const [c, name] = fresh('ordered_edges')
+      await store.ensureIndexes(name, [
+        { name: 'owner_key_unique', key: { owner: 1, key: 1 }, unique: true },
+        { name: 'tags_at', key: { tags: 1, at: 1 } },
+      ])
+      const long = 'k'.repeat(300)
+      await c.insertOne({ _id: 'l1', owner: 'o', key: long + 'a', tags: ['x', 'y'], at: 2 })
+      await c.insertOne({ _id: 'l2', owner: 'o', key: long + 'b', tags: 'x', at: 1 }) // shares a 300-character prefix: not a duplicate
+      t.ok((await failure(c.insertOne({ _id: 'l3', owner: 'o', key: long + 'a' }))) instanceof DuplicateKeyError, 'the same long value is')
+      t.same(ids(await c.find({ owner: 'o', key: long + 'b' })), ['l2'], 'equality on a long string')
+      t.same(ids(await c.find({ owner: 'o', key: { $gt: long + 'a' } })), ['l2'], 'a range on long strings')
+      t.same(ids(await c.find({ tags: 'x' }, { sort: { at: 1 } })), ['l2', 'l1'], 'an array field, sorted')
+      t.same(ids(await c.find({ tags: 'y', at: { $gte: 2 } })), ['l1'])
+      t.equal(await c.countDocuments({ tags: { $in: ['x', 'y'] } }), 2, 'a document counted once for several of its elements')
+      await c.updateOne({ _id: 'l1' }, { $set: { tags: ['z'], key: 'short' } })
+      t.same(ids(await c.find({ tags: 'x' })), ['l2'], 'old elements left the index')
+      t.same(ids(await c.find({ tags: 'z' })), ['l1'])
+      await c.insertOne({ _id: 'l4', owner: 'o', key: long + 'a' })
+      t.same(ids(await c.find({ owner: 'o' }, { sort: { key: 1 } })), ['l4', 'l2', 'l1'], 'the freed key was taken again')
+    })
+
+    t.test('concurrent writes: no lost update, one winner per unique key', async t => {
+      const [c, name] = fresh('concurrent')
+      await store.ensureIndexes(name, [{ name: 'slot_unique', key: { slot: 1 }, unique: true }])
+      await c.insertOne({ _id: 'counter', n: 0 })
+      await Promise.all(Array.from({ length: 50 }, () => c.updateOne({ _id: 'counter' }, { $inc: { n: 1 } })))
+      t.equal((await c.findOne({ _id: 'counter' }))!.n, 50, 'every $inc counted')
+      const outcomes = await Promise.all(Array.from({ length: 10 }, (_, i) => failure(c.insertOne({ _id: `s${i}`, slot: 'the-one' }))))
+      t.equal(outcomes.filter(e => e === null).length, 1, 'one insert won the unique key')
+      t.ok(outcomes.filter(e => e !== null).every(e => e instanceof DuplicateKeyError), 'the others are DuplicateKeyErrors')
+      const claims = await Promise.all(Array.from({ length: 10 }, (_, i) => c.findOneAndUpdate({ _id: 'counter', owner: null }, { $set: { owner: `w${i}` } })))
+      t.equal(claims.filter(Boolean).length, 1, 'one conditional claim wins')
     })
 
     t.test('TTL: expiresAt in the past disappears, a future one stays', async t => {

@@ -1,6 +1,7 @@
 // Starts the whole service in-process on a free port for black-box tests over real HTTP.
 // `store: 'mongo'` points it at the MongoDB wire-protocol test server (or MONGO_URL).
 import { randomUUID } from 'node:crypto'
+import { rmSync } from 'node:fs'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'
 import type { Clock } from '../../platform/clock.js'
@@ -60,12 +61,14 @@ export async function startTestService(
   options: { store?: StoreKind; env?: Record<string, string>; clock?: Clock; logger?: Logger } = {},
 ): Promise<TestService> {
   const mongoUrl = options.store === 'mongo' ? await mongoUrlFor(t) : undefined
+  // The embedded store (LMDB) and uploads live here; removed once the service closed.
+  const dataDir = `/tmp/switchboard-test-${randomUUID()}`
   const config = loadConfig({
     PORT: '0',
     HOST: '127.0.0.1',
     API_KEYS,
     LOG_LEVEL: 'silent',
-    DATA_DIR: `/tmp/switchboard-test-${randomUUID()}`,
+    DATA_DIR: dataDir,
     ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}),
     ...options.env,
   })
@@ -77,6 +80,7 @@ export async function startTestService(
     if (closed) return
     closed = true
     await service.close()
+    if (!options.env?.DATA_DIR) rmSync(dataDir, { recursive: true, force: true })
   }
   t.teardown(close)
   return { base, metricsBase, service, mongoUrl, close }

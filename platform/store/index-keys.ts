@@ -1,0 +1,131 @@
+// Ordered index keys for the LMDB store. An index entry's key is a flat array of primitives
+// (lmdb-js's ordered-binary encoding sorts arrays element by element): for each indexed field
+// a type rank then a payload, then the document's _id, so entries sort as mongod sorts values
+// (null < numbers < strings < objects < arrays < booleans < dates, then by value) and ties come
+// in _id order. A document whose indexed path holds an array gets one entry per element
+// (mongod's multikey indexes); the index is then marked multikey and no longer serves sorts.
+//
+// Payloads are the values themselves, except: Dates are their milliseconds, booleans 0/1,
+// embedded documents and other types 0 (their rank only), and strings are cut to
+// MAX_KEY_STRING characters to stay under LMDB's key size limit. An index therefore narrows and
+// orders the candidates; the full filter is still checked on each document it yields.
+
+export const RANK = { null: 1, number: 2, string: 3, object: 4, array: 5, other: 6, boolean: 8, date: 9 } as const
+
+/** Strings longer than this are cut in index keys (LMDB keys are at most 1978 bytes). */
+export const MAX_KEY_STRING = 100
+
+/** Sorts after every key part (a byte no ordered-binary value starts with). */
+export const KEY_MAX = Buffer.from([0xff])
+
+export type KeyPart = number | string
+/** One indexed value: [rank, payload]. */
+export type Encoded = [number, KeyPart]
+
+const EMPTY_ARRAY = Symbol('empty array')
+const NESTED_ARRAY = Symbol('nested array')
+
+export function encodeValue(value: unknown): Encoded {
+  if (value === null || value === undefined) return [RANK.null, 0]
+  switch (typeof value) {
+    case 'number':
+      return [RANK.number, Number.isNaN(value) ? -Infinity : value]
+    case 'string':
+      return [RANK.string, value.length > MAX_KEY_STRING ? value.slice(0, MAX_KEY_STRING) : value]
+    case 'boolean':
+      return [RANK.boolean, value ? 1 : 0]
+    case 'bigint':
+      return [RANK.number, Number(value)]
+  }
+  if (value instanceof Date) return [RANK.date, value.getTime()]
+  if (value === EMPTY_ARRAY || value === NESTED_ARRAY) return [RANK.array, 0]
+  if (typeof value === 'object' && (Object.getPrototypeOf(value) === Object.prototype || Object.getPrototypeOf(value) === null)) return [RANK.object, 0]
+  return [RANK.other, 0]
+}
+
+/** Whether an encoded string may have been cut (so equal payloads do not prove equal values). */
+export const mayBeCut = (e: Encoded) => typeof e[1] === 'string' && e[1].length === MAX_KEY_STRING
+
+/**
+ * The values an index holds for one path of a document, as mongod indexes them: a missing path
+ * is null, an array on the way or at the end contributes each element. `multi` reports arrays.
+ */
+export function pathValues(doc: Record<string, any>, path: string): { values: unknown[]; multi: boolean } {
+  const out: unknown[] = []
+  let multi = false
+  const parts = path.split('.')
+  const walk = (value: any, i: number) => {
+    if (i === parts.length) {
+      if (!Array.isArray(value)) {
+        out.push(value)
+        return
+      }
+      multi = true
+      if (value.length === 0) out.push(EMPTY_ARRAY)
+      for (const element of value) out.push(Array.isArray(element) ? NESTED_ARRAY : element)
+      return
+    }
+    if (Array.isArray(value)) {
+      multi = true
+      if (value.length === 0) out.push(null)
+      for (const element of value) {
+        if (element !== null && typeof element === 'object' && !Array.isArray(element) && !(element instanceof Date)) walk(element[parts[i]!], i + 1)
+        else out.push(null)
+      }
+      return
+    }
+    if (value === null || value === undefined || typeof value !== 'object' || value instanceof Date) {
+      out.push(null)
+      return
+    }
+    walk(value[parts[i]!], i + 1)
+  }
+  walk(doc, 0)
+  return { values: out, multi }
+}
+
+/** Most entries one document may put in one index (parallel arrays multiply). */
+const MAX_ENTRIES_PER_DOC = 1000
+
+export class IndexKeyError extends Error {
+  override name = 'IndexKeyError'
+}
+
+/**
+ * The key prefixes (fields only, without _id) a document puts in an index, deduplicated, and
+ * whether any indexed path held an array.
+ */
+export function documentKeys(doc: Record<string, any>, fields: string[]): { keys: KeyPart[][]; multi: boolean } {
+  let combos: KeyPart[][] = [[]]
+  let multi = false
+  for (const field of fields) {
+    const found = pathValues(doc, field)
+    multi ||= found.multi
+    const encoded = new Map<string, Encoded>()
+    for (const value of found.values) {
+      const e = encodeValue(value)
+      encoded.set(partId(e), e)
+    }
+    const next: KeyPart[][] = []
+    for (const prefix of combos) for (const e of encoded.values()) next.push([...prefix, e[0], e[1]])
+    if (next.length > MAX_ENTRIES_PER_DOC) throw new IndexKeyError(`document ${doc._id} would put more than ${MAX_ENTRIES_PER_DOC} entries in one index`)
+    combos = next
+  }
+  return { keys: combos, multi }
+}
+
+/** A string naming a key (part list) exactly, for sets and diffs. */
+export function partId(parts: readonly KeyPart[]): string {
+  let out = ''
+  for (const p of parts) out += (typeof p === 'number' ? 'n' + (Object.is(p, -0) ? '0' : String(p)) : 's' + p) + '\u0000'
+  return out
+}
+
+/**
+ * Compares two payloads of the same rank. Strings compare as JS does (UTF-16 units), as mingo
+ * does; the keys themselves sort by UTF-8 bytes, which differs only between characters beyond
+ * U+FFFF and those in U+E000..U+FFFF.
+ */
+export function comparePayload(a: KeyPart, b: KeyPart): number {
+  return a < b ? -1 : a > b ? 1 : 0
+}

@@ -1,0 +1,624 @@
+// The embedded store on LMDB (the `lmdb` package: a copy-on-write B+tree in one memory-mapped
+// file, crash-safe, ordered keys, several processes on one host). It keeps the contract of the
+// other stores: repositories send MongoDB filter, update and pipeline documents, evaluated
+// here by mingo (with the plain-JS fast paths of query.ts).
+//
+// Layout, in one environment under DATA_DIR:
+//   c:<collection>          documents by _id (MessagePack: Dates, numbers and nesting round-trip)
+//   i:<collection>:<index>  one entry per (indexed values, _id), see index-keys.ts; no value
+//   m:indexes               declared indexes per collection (and whether they went multikey)
+// Queries read an index in key order (planner.ts) and stop at their limit; documents are read
+// only for entries whose key passes the filter's indexed conditions.
+//
+// Writes: every write runs inside an lmdb-js asynchronous transaction callback. lmdb-js batches
+// the callbacks of one event turn into one LMDB write transaction, committed off the main
+// thread; the returned promise resolves once it is committed (durable: kill -9 cannot lose it).
+// Inside a callback reads see the transaction's own writes, so read-modify-write (updates,
+// $inc, upserts, unique checks) is atomic and two concurrent updates cannot lose one another.
+// A callback that throws does not roll back what it already wrote, so each operation checks
+// everything (unique keys, key sizes) before its first write. Reads outside writes are
+// synchronous, from the committed state.
+//
+// TTL: a TTL index is an ordered index on its Date field; a sweep reads the expired end of it
+// a bounded slice at a time (TTL_SLICE entries per transaction), never the whole collection.
+import { mkdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { isDeepStrictEqual } from 'node:util'
+import { open, type Database, type RootDatabase } from 'lmdb'
+import { aggregate, find } from 'mingo'
+import {
+  type BulkOp,
+  type BulkResult,
+  type Collection,
+  type Doc,
+  DuplicateKeyError,
+  type Filter,
+  type FindOptions,
+  type IndexSpec,
+  type Sort,
+  type Store,
+  type Update,
+  type UpdateResult,
+} from './types.js'
+import { type Clock, systemClock } from '../clock.js'
+import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
+import { clone, compareKeys, compiled, emptyBulk, fastFind, fastMatcher, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
+import { documentKeys, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
+import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
+
+/** Longest _id accepted (bytes of UTF-8): it is a key of the documents and of every index entry. */
+const MAX_ID_BYTES = 512
+const EMPTY = Buffer.alloc(0)
+
+interface StoredIndex {
+  name: string
+  key: Record<string, 1 | -1>
+  unique?: boolean
+  expireAfterSeconds?: number
+  multikey?: boolean
+}
+
+interface LiveIndex extends PlannableIndex {
+  spec: StoredIndex
+  db: Database<Buffer, KeyPart[]>
+}
+
+export interface LmdbStoreOptions {
+  /** Directory of the environment (created when missing). */
+  path: string
+  clock?: Clock
+  /** TTL sweep period; 0 = never (tests call sweep()). */
+  sweepIntervalMs?: number
+  /** Virtual address space reserved for the map (the file grows as data does). */
+  mapSize?: number
+  /** Expired documents removed per transaction by one TTL slice (default 500). */
+  ttlSlice?: number
+  /** Slices per sweep and TTL index (default 8): a backlog drains over several sweeps. */
+  ttlSlicesPerSweep?: number
+}
+
+/** A DuplicateKeyError as mongod words it. */
+const duplicate = (collection: string, index: string) => new DuplicateKeyError(`E11000 duplicate key error collection: ${collection} index: ${index}`)
+
+type Outcome<R> = { ok: R } | { error: unknown }
+
+class LmdbCollection<T extends Doc> implements Collection<T> {
+  readonly docs: Database<T, string>
+  indexes: LiveIndex[] = []
+
+  constructor(readonly name: string, private readonly store: LmdbStore) {
+    this.docs = store.env.openDB<T, string>({ name: `c:${name}` })
+    this.loadIndexes()
+  }
+
+  /** The indexes declared for this collection (by any process sharing the environment). */
+  loadIndexes() {
+    const stored = (this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []
+    this.indexes = stored.map(spec => ({ name: spec.name, fields: Object.keys(spec.key), multikey: !!spec.multikey, spec, db: this.store.indexDb(this.name, spec.name) }))
+  }
+
+  /** Runs `work` inside a write transaction; its error (thrown before any write) rejects. */
+  private async write<R>(work: () => R): Promise<R> {
+    const outcome = await this.store.env.transaction((): Outcome<R> => {
+      try {
+        return { ok: work() }
+      } catch (error) {
+        return { error }
+      }
+    })
+    if ('error' in outcome) throw outcome.error
+    return outcome.ok
+  }
+
+  // ------------------------------------------------------------------ reading
+
+  /**
+   * The documents worth testing against `filter`, lazily: by _id, by the planned index (in sort
+   * order when `ordered`), else every document in _id order.
+   */
+  private candidates(filter: Filter, sort: Sort | undefined, limited: boolean): { docs: Iterable<T>; ordered: boolean } {
+    const shape = shapeOf(filter)
+    const id = filter._id
+    if (typeof id === 'string') {
+      const doc = this.docs.get(id)
+      this.store.reads.documents++
+      return { docs: doc ? [doc] : [], ordered: true }
+    }
+    if (id && typeof id === 'object' && Array.isArray(id.$in) && Object.keys(id).length === 1 && id.$in.every((v: unknown) => typeof v === 'string')) {
+      const docs: T[] = []
+      for (const key of new Set<string>(id.$in)) {
+        const doc = this.docs.get(key)
+        this.store.reads.documents++
+        if (doc) docs.push(doc)
+      }
+      return { docs, ordered: effectiveSort(sort, shape.pinned).length === 0 }
+    }
+    const chosen = plan(shape, sort, limited, this.indexes)
+    if (chosen) return { docs: this.fromIndex(chosen, effectiveSort(sort, shape.pinned)), ordered: chosen.ordered }
+    const sortFields = effectiveSort(sort, shape.pinned)
+    const byId = sortFields.length === 1 && sortFields[0]![0] === '_id'
+    const reverse = byId && sortFields[0]![1] === -1
+    const reads = this.store.reads
+    const docs = this.docs.getRange({ reverse }).map(entry => (reads.documents++, entry.value))
+    return { docs, ordered: sortFields.length === 0 || byId }
+  }
+
+  /**
+   * The documents behind an index plan's entries, skipping entries whose key fails a check. In an
+   * ordered plan, entries whose sort values tie only because a string was cut in the key are
+   * put back in order by their full values.
+   */
+  private *fromIndex(chosen: IndexPlan, sort: [string, 1 | -1][]): Generator<T> {
+    const seen = chosen.index.multikey ? new Set<string>() : undefined
+    const positions = sort.map(([field]) => chosen.index.fields.indexOf(field)).filter(p => p >= 0).map(p => p * 2)
+    let group: { doc: T; tie: string }[] = []
+    const flush = function* () {
+      if (group.length > 1) {
+        const fields = sort.map(([field]) => field)
+        const directions = sort.map(([, dir]) => dir)
+        group.sort((a, b) => compareKeys(sortKeys(a.doc, fields) ?? [], sortKeys(b.doc, fields) ?? [], directions))
+      }
+      for (const entry of group) yield entry.doc
+      group = []
+    }
+    for (const range of chosen.ranges) {
+      for (const key of this.keysIn(chosen, range)) {
+        this.store.reads.keys++
+        if (!passes(chosen, key)) continue
+        const id = key[key.length - 1] as string
+        if (seen) {
+          if (seen.has(id)) continue
+          seen.add(id)
+        }
+        const doc = this.docs.get(id)
+        this.store.reads.documents++
+        if (!doc) continue
+        const cut = chosen.ordered && positions.some(p => mayBeCut([key[p] as number, key[p + 1]!]))
+        if (!cut) {
+          yield* flush()
+          yield doc
+          continue
+        }
+        const tie = partId(positions.flatMap(p => [key[p]!, key[p + 1]!]))
+        if (group.length > 0 && group[0]!.tie !== tie) yield* flush()
+        group.push({ doc, tie })
+      }
+    }
+    yield* flush()
+  }
+
+  private keysIn(chosen: IndexPlan, range: { start?: KeyPart[]; end?: KeyPart[] }) {
+    const db = (chosen.index as LiveIndex).db
+    return chosen.reverse ? db.getKeys({ start: range.end, end: range.start, reverse: true }) : db.getKeys({ start: range.start, end: range.end })
+  }
+
+  private matching(filter: Filter, options: FindOptions = {}): T[] {
+    const skip = options.skip ?? 0
+    const limited = options.limit !== undefined && options.limit > 0
+    const { docs, ordered } = this.candidates(filter, options.sort, limited)
+    if (ordered) {
+      const fast = fastMatcher(filter)
+      const query = compiled(filter)
+      const want = limited ? skip + options.limit! : Infinity
+      const hits: T[] = []
+      for (const doc of docs) {
+        if (!(fast ? (fast(doc) ?? query.test(doc)) : query.test(doc))) continue
+        hits.push(doc)
+        if (hits.length >= want) break
+      }
+      return skip ? hits.slice(skip) : hits
+    }
+    const sorted = fastFind(docs, filter, options)
+    if (sorted) return sorted
+    let cursor = compiled(filter).find([...this.candidates(filter, options.sort, limited).docs])
+    if (options.sort) cursor = cursor.sort(options.sort)
+    if (options.skip) cursor = cursor.skip(options.skip)
+    if (options.limit) cursor = cursor.limit(options.limit)
+    return cursor.all() as T[]
+  }
+
+  async findOne(filter: Filter, options: FindOptions = {}) {
+    const [doc] = this.matching(filter, { ...options, limit: 1 })
+    return doc ? project(doc, options.projection) : null
+  }
+
+  async find(filter: Filter, options: FindOptions = {}) {
+    const docs = this.matching(filter, options)
+    return options.projection ? docs.map(doc => project(doc, options.projection)) : docs
+  }
+
+  async countDocuments(filter: Filter) {
+    const shape = shapeOf(filter)
+    if (Object.keys(filter).length === 0) return this.docs.getCount()
+    const chosen = typeof filter._id === 'string' ? undefined : plan(shape, undefined, false, this.indexes)
+    if (chosen?.exact) {
+      let n = 0
+      for (const range of chosen.ranges) {
+        if (chosen.checks.length === 0) n += (chosen.index as LiveIndex).db.getKeysCount({ start: range.start, end: range.end })
+        else for (const key of this.keysIn(chosen, range)) if (passes(chosen, key)) n++
+      }
+      return n
+    }
+    return this.matching(filter).length
+  }
+
+  async aggregate<R>(pipeline: Record<string, any>[]): Promise<R[]> {
+    const first = pipeline[0]
+    const source = first && '$match' in first ? this.matching(first.$match) : [...this.docs.getRange({}).map(e => e.value)]
+    return aggregate(source, first && '$match' in first ? pipeline.slice(1) : pipeline) as R[]
+  }
+
+  // ------------------------------------------------------------------ writing (inside a transaction)
+
+  /** Index entries of a document, checked for size; throws before anything is written. */
+  private entriesOf(doc: Doc): { index: LiveIndex; keys: KeyPart[][]; multi: boolean }[] {
+    if (typeof doc._id !== 'string') throw new TypeError(`${this.name}: _id must be a string`)
+    if (Buffer.byteLength(doc._id) > MAX_ID_BYTES) throw new RangeError(`${this.name}: _id longer than ${MAX_ID_BYTES} bytes`)
+    return this.indexes.map(index => ({ index, ...documentKeys(doc, index.fields) }))
+  }
+
+  /** The first unique index a document's entries would share with another document. */
+  private conflict(doc: Doc, entries: ReturnType<LmdbCollection<T>['entriesOf']>): string | undefined {
+    for (const { index, keys } of entries) {
+      if (!index.spec.unique) continue
+      for (const key of keys) {
+        for (const other of index.db.getKeys({ start: key, end: [...key, KEY_MAX as unknown as KeyPart] })) {
+          const otherId = other[other.length - 1] as string
+          if (otherId === doc._id) continue
+          // A cut string only proves a shared prefix: compare the documents' values.
+          if (!key.some((part, i) => i % 2 === 1 && mayBeCut([key[i - 1] as number, part]))) return index.name
+          const otherDoc = this.docs.get(otherId)
+          if (otherDoc && sameValues(doc, otherDoc, index.fields)) return index.name
+        }
+      }
+    }
+    return undefined
+  }
+
+  private putDoc(doc: T, previous: T | undefined) {
+    const entries = this.entriesOf(doc)
+    const taken = this.conflict(doc, entries)
+    if (taken) throw duplicate(this.name, taken)
+    const before = previous ? this.entriesOf(previous) : undefined
+    entries.forEach(({ index, keys, multi }, i) => {
+      const old = new Set((before?.[i]?.keys ?? []).map(partId))
+      const fresh = new Set(keys.map(partId))
+      for (const key of before?.[i]?.keys ?? []) if (!fresh.has(partId(key))) index.db.removeSync([...key, doc._id])
+      for (const key of keys) if (!old.has(partId(key))) index.db.putSync([...key, doc._id], EMPTY)
+      if (multi && !index.multikey) this.markMultikey(index)
+    })
+    this.docs.putSync(doc._id, doc)
+  }
+
+  private removeDoc(doc: T) {
+    for (const { index, keys } of this.entriesOf(doc)) for (const key of keys) index.db.removeSync([...key, doc._id])
+    this.docs.removeSync(doc._id)
+  }
+
+  private markMultikey(index: LiveIndex) {
+    index.multikey = true
+    index.spec.multikey = true
+    const stored = ((this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []).map(s => (s.name === index.name ? { ...s, multikey: true } : s))
+    this.store.meta.putSync(this.name, stored)
+  }
+
+  private insertSync(doc: T) {
+    if (this.docs.doesExist(doc._id)) throw duplicate(this.name, '_id_')
+    this.putDoc(doc, undefined)
+  }
+
+  private updateDocSync(doc: T, update: Update): boolean {
+    const [next, changed] = updatedCopy(doc, withoutSetOnInsert(update))
+    if (changed) this.putDoc(next, doc)
+    return changed
+  }
+
+  private updateOneSync(filter: Filter, update: Update, options: { upsert?: boolean; sort?: Sort } = {}): UpdateResult & { doc?: T; before?: T } {
+    const [doc] = this.matching(filter, { limit: 1, sort: options.sort })
+    if (doc) {
+      // updatedCopy() leaves `doc` as read: it is the document before the update.
+      return { matchedCount: 1, modifiedCount: this.updateDocSync(doc, update) ? 1 : 0, upsertedId: null, before: doc }
+    }
+    if (options.upsert) {
+      const created = upsertDocument(filter, update) as T
+      this.insertSync(created)
+      return { matchedCount: 0, modifiedCount: 0, upsertedId: created._id }
+    }
+    return { matchedCount: 0, modifiedCount: 0, upsertedId: null }
+  }
+
+  private updateManySync(filter: Filter, update: Update): UpdateResult {
+    const docs = this.matching(filter)
+    let modifiedCount = 0
+    for (const doc of docs) if (this.updateDocSync(doc, update)) modifiedCount++
+    return { matchedCount: docs.length, modifiedCount, upsertedId: null }
+  }
+
+  private deleteSync(filter: Filter, limit?: number): number {
+    const docs = this.matching(filter, limit ? { limit } : {})
+    for (const doc of docs) this.removeDoc(doc)
+    return docs.length
+  }
+
+  async insertOne(doc: T) {
+    assertSafeDocument(doc)
+    const copy = clone(doc)
+    await this.write(() => this.insertSync(copy))
+  }
+
+  async insertMany(docs: T[], options: { ordered?: boolean } = {}) {
+    for (const doc of docs) assertSafeDocument(doc)
+    return this.bulkWrite(docs.map(document => ({ insertOne: { document } })), options)
+  }
+
+  async updateOne(filter: Filter, update: Update, options: { upsert?: boolean } = {}): Promise<UpdateResult> {
+    assertSafeUpdate(update)
+    const [f, u] = [clone(filter), clone(update)]
+    const { matchedCount, modifiedCount, upsertedId } = await this.write(() => this.updateOneSync(f, u, options))
+    return { matchedCount, modifiedCount, upsertedId }
+  }
+
+  async updateMany(filter: Filter, update: Update): Promise<UpdateResult> {
+    assertSafeUpdate(update)
+    const [f, u] = [clone(filter), clone(update)]
+    return this.write(() => this.updateManySync(f, u))
+  }
+
+  async findOneAndUpdate(filter: Filter, update: Update, options: { upsert?: boolean; returnDocument?: 'before' | 'after'; sort?: Sort } = {}) {
+    assertSafeUpdate(update)
+    const [f, u] = [clone(filter), clone(update)]
+    return this.write(() => {
+      const result = this.updateOneSync(f, u, options)
+      if (options.returnDocument === 'before') return result.before ?? null
+      const id = result.before?._id ?? result.upsertedId
+      return id ? (this.docs.get(id) ?? null) : null
+    })
+  }
+
+  async deleteOne(filter: Filter) {
+    const f = clone(filter)
+    return this.write(() => this.deleteSync(f, 1))
+  }
+
+  async deleteMany(filter: Filter) {
+    const f = clone(filter)
+    return this.write(() => this.deleteSync(f))
+  }
+
+  async bulkWrite(ops: BulkOp[], options: { ordered?: boolean } = {}): Promise<BulkResult> {
+    assertSafeBulk(ops)
+    if (ops.length === 0) return emptyBulk()
+    const ordered = options.ordered ?? true
+    const copies = clone(ops)
+    return this.write(() => {
+      const result = emptyBulk()
+      for (const [index, op] of copies.entries()) {
+        try {
+          if ('insertOne' in op) {
+            this.insertSync(op.insertOne.document as T)
+            result.insertedCount++
+          } else if ('updateOne' in op) {
+            const r = this.updateOneSync(op.updateOne.filter, op.updateOne.update, { upsert: op.updateOne.upsert })
+            result.matchedCount += r.matchedCount
+            result.modifiedCount += r.modifiedCount
+            if (r.upsertedId) result.upsertedCount++
+          } else if ('updateMany' in op) {
+            const r = this.updateManySync(op.updateMany.filter, op.updateMany.update)
+            result.matchedCount += r.matchedCount
+            result.modifiedCount += r.modifiedCount
+          } else if ('deleteOne' in op) {
+            result.deletedCount += this.deleteSync(op.deleteOne.filter, 1)
+          } else {
+            result.deletedCount += this.deleteSync(op.deleteMany.filter)
+          }
+        } catch (error) {
+          if (!(error instanceof DuplicateKeyError)) throw error
+          result.duplicateKeyIndexes.push(index)
+          if (ordered) break
+        }
+      }
+      return result
+    })
+  }
+
+  // ------------------------------------------------------------------ indexes
+
+  /** Declares an index (builds it over the documents present); same name, other definition: rebuilt. */
+  async addIndex(spec: IndexSpec) {
+    const wanted: StoredIndex = {
+      name: spec.name,
+      key: spec.key,
+      ...(spec.unique ? { unique: true } : {}),
+      ...(spec.expireAfterSeconds !== undefined ? { expireAfterSeconds: spec.expireAfterSeconds } : {}),
+    }
+    const stored = (this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []
+    const current = stored.find(s => s.name === spec.name)
+    if (current && sameDefinition(current, wanted)) {
+      if (!this.indexes.some(i => i.name === spec.name)) this.loadIndexes()
+      return
+    }
+    const db = this.store.indexDb(this.name, spec.name)
+    const fields = Object.keys(spec.key)
+    await this.write(() => {
+      // Built in memory first: a unique violation fails the declaration before anything is written.
+      const entries: KeyPart[][] = []
+      const owners = new Map<string, string>()
+      let multikey = false
+      for (const { value: doc } of this.docs.getRange({})) {
+        const { keys, multi } = documentKeys(doc, fields)
+        multikey ||= multi
+        for (const key of keys) {
+          if (spec.unique) {
+            const owner = owners.get(partId(key))
+            if (owner !== undefined && owner !== doc._id) throw duplicate(this.name, spec.name)
+            owners.set(partId(key), doc._id)
+          }
+          entries.push([...key, doc._id])
+        }
+      }
+      for (const key of [...db.getKeys({})]) db.removeSync(key)
+      for (const key of entries) db.putSync(key, EMPTY)
+      const latest = ((this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []).filter(s => s.name !== spec.name)
+      this.store.meta.putSync(this.name, [...latest, { ...wanted, ...(multikey ? { multikey: true } : {}) }])
+    })
+    this.loadIndexes()
+  }
+
+  /** Removes expired documents, `slices` slices of `slice` at most per TTL index; answers how many went. */
+  async sweepExpired(now: number, slice: number, slices: number): Promise<number> {
+    let removed = 0
+    for (const index of this.indexes) {
+      if (index.spec.expireAfterSeconds === undefined) continue
+      const cutoff = now - index.spec.expireAfterSeconds * 1000
+      const field = index.fields[0]!
+      for (let round = 0; round < slices; round++) {
+        const expired = new Map<string, KeyPart[][]>()
+        for (const key of index.db.getKeys({ start: [RANK.date], end: [RANK.date, cutoff, KEY_MAX as unknown as KeyPart], limit: slice })) {
+          const id = key[key.length - 1] as string
+          expired.set(id, [...(expired.get(id) ?? []), key])
+        }
+        if (expired.size === 0) break
+        removed += await this.write(() => {
+          let n = 0
+          for (const [id, keys] of expired) {
+            const doc = this.docs.get(id)
+            if (!doc) {
+              for (const key of keys) index.db.removeSync(key) // an entry left without its document
+              continue
+            }
+            // mongod's rule: the earliest Date of the field plus expireAfterSeconds is past.
+            const dates = pathValues(doc, field).values.filter((v): v is Date => v instanceof Date)
+            if (dates.length > 0 && Math.min(...dates.map(d => d.getTime())) <= cutoff) {
+              this.removeDoc(doc)
+              n++
+            }
+          }
+          return n
+        })
+        if (expired.size < slice) break
+      }
+    }
+    return removed
+  }
+}
+
+function passes(chosen: IndexPlan, key: KeyPart[]): boolean {
+  for (const { position, test } of chosen.checks) if (!test(key[position] as number, key[position + 1]!)) return false
+  return true
+}
+
+function sameDefinition(a: StoredIndex, b: StoredIndex): boolean {
+  return isDeepStrictEqual(Object.entries(a.key), Object.entries(b.key)) && !!a.unique === !!b.unique && a.expireAfterSeconds === b.expireAfterSeconds
+}
+
+/** Whether two documents share a full (uncut) value tuple on these fields. */
+function sameValues(a: Doc, b: Doc, fields: string[]): boolean {
+  const tuples = (doc: Doc) => {
+    let combos: unknown[][] = [[]]
+    for (const field of fields) combos = combos.flatMap(p => pathValues(doc, field).values.map(v => [...p, v instanceof Date ? v.getTime() : v ?? null]))
+    return combos
+  }
+  const theirs = tuples(b)
+  return tuples(a).some(t => theirs.some(u => isDeepStrictEqual(t, u)))
+}
+
+function project<T extends Doc>(doc: T, projection?: Record<string, 0 | 1>): T {
+  if (!projection) return doc
+  return find([doc], {}, projection).all()[0] as T
+}
+
+/** The embedded database's directory under DATA_DIR: the service and the key CLI open the same one. */
+export const embeddedStorePath = (dataDir: string) => join(dataDir, 'db')
+
+export class LmdbStore implements Store {
+  readonly kind = 'lmdb' as const
+  /** Index entries and documents read by queries since the store opened (what a plan costs). */
+  readonly reads = { keys: 0, documents: 0 }
+  readonly env: RootDatabase
+  readonly meta: Database<unknown, string>
+  private readonly collections = new Map<string, LmdbCollection<any>>()
+  private readonly clock: Clock
+  private readonly ttl: { slice: number; slices: number }
+  private readonly sweeper?: NodeJS.Timeout
+  private sweeping?: Promise<unknown>
+  private closed = false
+
+  constructor(options: LmdbStoreOptions) {
+    mkdirSync(options.path, { recursive: true })
+    this.clock = options.clock ?? systemClock
+    this.ttl = { slice: options.ttlSlice ?? 500, slices: options.ttlSlicesPerSweep ?? 8 }
+    this.env = open({
+      path: options.path,
+      maxDbs: 512,
+      mapSize: options.mapSize ?? 64 * 1024 ** 3,
+      // Readers are released by lmdb-js itself; several processes (service, key CLI) share the file.
+      maxReaders: 252,
+    })
+    this.meta = this.env.openDB<unknown, string>({ name: 'm:indexes' })
+    const interval = options.sweepIntervalMs ?? 1000
+    if (interval > 0) {
+      this.sweeper = setInterval(() => void this.sweep(), interval)
+      this.sweeper.unref()
+    }
+  }
+
+  collection<T extends Doc = Doc>(name: string): Collection<T> {
+    return this.open<T>(name)
+  }
+
+  private open<T extends Doc>(name: string): LmdbCollection<T> {
+    let collection = this.collections.get(name)
+    if (!collection) {
+      collection = new LmdbCollection<T>(name, this)
+      this.collections.set(name, collection)
+    }
+    return collection
+  }
+
+  async ensureIndexes(name: string, indexes: IndexSpec[]) {
+    const collection = this.open(name)
+    for (const spec of indexes) await collection.addIndex(spec)
+  }
+
+  /** One TTL pass over every collection with a TTL index; answers how many documents expired. */
+  async sweep(): Promise<number> {
+    if (this.sweeping || this.closed) return 0
+    const pass = (async () => {
+      let removed = 0
+      for (const collection of this.collections.values()) removed += await collection.sweepExpired(this.clock.now(), this.ttl.slice, this.ttl.slices)
+      return removed
+    })()
+    this.sweeping = pass
+    try {
+      return await pass
+    } finally {
+      this.sweeping = undefined
+    }
+  }
+
+  private readonly indexDbs = new Map<string, Database<Buffer, KeyPart[]>>()
+
+  /** The entries of one index (binary values: they are empty). */
+  indexDb(collection: string, index: string): Database<Buffer, KeyPart[]> {
+    const name = `i:${collection}:${index}`
+    let db = this.indexDbs.get(name)
+    if (!db) {
+      db = this.env.openDB<Buffer, KeyPart[]>({ name, encoding: 'binary' })
+      this.indexDbs.set(name, db)
+    }
+    return db
+  }
+
+  /** A named database of its own in the same environment (the durable work queues). */
+  database<V>(name: string): Database<V, KeyPart | KeyPart[]> {
+    return this.env.openDB<V, KeyPart | KeyPart[]>({ name })
+  }
+
+  async close() {
+    if (this.closed) return
+    this.closed = true
+    clearInterval(this.sweeper)
+    await this.sweeping?.catch(() => undefined)
+    await this.env.close()
+  }
+}

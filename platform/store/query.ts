@@ -1,0 +1,301 @@
+// The MongoDB query and update language on plain documents, shared by the embedded stores:
+// mingo for the whole language, plus plain-JS fast paths for the shapes the hot paths send
+// (scalar equalities, $in, ranges, $set/$unset/$inc, scalar sort keys).
+import { randomUUID } from 'node:crypto'
+import { isDeepStrictEqual } from 'node:util'
+import { Query, update as applyUpdate } from 'mingo'
+import type { BulkResult, Doc, Filter, FindOptions, Update } from './types.js'
+
+export const emptyBulk = (): BulkResult => ({
+  insertedCount: 0,
+  matchedCount: 0,
+  modifiedCount: 0,
+  upsertedCount: 0,
+  deletedCount: 0,
+  duplicateKeyIndexes: [],
+})
+
+/**
+ * Deep copy of a document: objects, arrays and Dates are copied; primitives (strings
+ * included: large serialized snapshots live in documents) are shared, which structuredClone
+ * would copy byte by byte. Anything exotic falls back to structuredClone.
+ */
+export function clone<T>(value: T): T {
+  if (value === null || typeof value !== 'object') return value
+  if (Array.isArray(value)) return value.map(clone) as T
+  if (value instanceof Date) return new Date(value.getTime()) as T
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return structuredClone(value)
+  const out: Record<string, unknown> = {}
+  for (const key of Object.keys(value)) out[key] = clone((value as Record<string, unknown>)[key])
+  return out as T
+}
+
+/** `stopAtArrays`: an array met on the way is returned as is (mongod looks into its elements). */
+export function getPath(doc: Record<string, any>, path: string, stopAtArrays = false): unknown {
+  if (!path.includes('.')) {
+    const value = doc[path]
+    return value === undefined ? null : value
+  }
+  let value: any = doc
+  for (const part of path.split('.')) {
+    if (value === null || typeof value !== 'object') return null
+    if (stopAtArrays && Array.isArray(value)) return value
+    value = value[part]
+  }
+  return value === undefined ? null : value
+}
+
+/**
+ * $set / $unset / $inc on plain paths, applied directly: mingo's updater rebuilds its operator
+ * context on every call (~1 ms), which dominates bulk upserts. Anything else goes to mingo.
+ * Returns whether the document changed, or undefined when the update needs mingo.
+ */
+export function applySimpleUpdate(doc: Record<string, any>, update: Update): boolean | undefined {
+  if (Object.keys(update).some(op => op !== '$set' && op !== '$unset' && op !== '$inc')) return undefined
+  let changed = false
+  const parentOf = (path: string, create: boolean): [Record<string, any>, string] | undefined => {
+    const parts = path.split('.')
+    let node: any = doc
+    for (const part of parts.slice(0, -1)) {
+      if (node[part] === undefined || node[part] === null) {
+        if (!create) return undefined
+        node[part] = {}
+      }
+      node = node[part]
+      if (typeof node !== 'object' || Array.isArray(node)) return undefined
+    }
+    return [node, parts[parts.length - 1]!]
+  }
+  for (const [path, value] of Object.entries(update.$set ?? {})) {
+    const target = parentOf(path, true)
+    if (!target || /^\d+$/.test(target[1])) return undefined
+    const current = target[0][target[1]]
+    if (!(target[1] in target[0])) changed = true
+    else if (value === null || typeof value !== 'object') changed ||= current !== value
+    // JSON text is field-order sensitive (as mongod is) but cannot tell a Date from its ISO string.
+    else if (JSON.stringify(current) !== JSON.stringify(value) || !isDeepStrictEqual(current, value)) changed = true
+    target[0][target[1]] = value !== null && typeof value === 'object' ? clone(value) : value
+  }
+  for (const path of Object.keys(update.$unset ?? {})) {
+    const target = parentOf(path, false)
+    if (target && target[1] in target[0]) {
+      delete target[0][target[1]]
+      changed = true
+    }
+  }
+  for (const [path, by] of Object.entries(update.$inc ?? {})) {
+    const target = parentOf(path, true)
+    if (!target || typeof by !== 'number') return undefined
+    const current = target[0][target[1]] ?? 0
+    if (typeof current !== 'number') return undefined
+    target[0][target[1]] = current + by
+    if (by !== 0 || !(target[1] in target[0])) changed = true
+  }
+  return changed
+}
+
+/**
+ * Applies an update to a private copy of a stored document and returns [document, changed]:
+ * the fast path when it can, else mingo on a fresh copy (the fast path may have stopped halfway).
+ */
+export function updatedCopy<T extends Record<string, any>>(doc: T, update: Update): [T, boolean] {
+  const next = clone(doc)
+  const simple = applySimpleUpdate(next, update)
+  if (simple !== undefined) return [next, simple]
+  const fresh = clone(doc)
+  return [fresh, applyUpdate(fresh, update as any).length > 0]
+}
+
+/** Mongo filters as cache keys: Dates and RegExps keep their type (plain JSON would not). */
+export function filterKey(filter: Filter): string {
+  return JSON.stringify(filter, function (this: any, key: string, value: unknown) {
+    const raw = this[key]
+    if (raw instanceof Date) return { $__date: raw.getTime() }
+    if (raw instanceof RegExp) return { $__regexp: raw.toString() }
+    return value
+  })
+}
+
+/**
+ * Compiled mingo queries, reused for repeated filters: compiling one copies mingo's whole
+ * operator table (~1 ms), and hot callers repeat the same filter (a session's own id).
+ */
+const compiledQueries = new Map<string, Query<any>>()
+export function compiled(filter: Filter): Query<any> {
+  const key = filterKey(filter)
+  let query = compiledQueries.get(key)
+  if (!query) {
+    if (compiledQueries.size >= 10_000) compiledQueries.delete(compiledQueries.keys().next().value!)
+    query = new Query(filter)
+    compiledQueries.set(key, query)
+  }
+  return query
+}
+
+export const isPrimitive = (v: unknown) => v === null || ['string', 'number', 'boolean'].includes(typeof v)
+
+const RANGE_OPS = new Set(['$lt', '$lte', '$gt', '$gte'])
+const isRangeOperand = (v: unknown) => typeof v === 'number' || typeof v === 'string' || v instanceof Date
+
+/**
+ * A plain-JS matcher for the filters selection queries send: top-level fields with scalar
+ * equality, $in of scalars, or $lt/$lte/$gt/$gte on a number, string or Date. It answers
+ * undefined for a document whose value on a filtered path is an array or an embedded document
+ * (mongod's rules for those are richer: mingo decides). undefined for any other filter.
+ */
+export function fastMatcher(filter: Filter): ((doc: Doc) => boolean | undefined) | undefined {
+  const tests: { path: string; test: (v: unknown) => boolean }[] = []
+  for (const [path, condition] of Object.entries(filter)) {
+    if (path.startsWith('$')) return undefined
+    if (isPrimitive(condition)) {
+      tests.push({ path, test: v => v === condition })
+      continue
+    }
+    if (condition === null || typeof condition !== 'object' || condition instanceof Date || Array.isArray(condition)) return undefined
+    const ops = Object.entries(condition as Record<string, unknown>)
+    if (ops.length === 1 && ops[0]![0] === '$in' && Array.isArray(ops[0]![1]) && (ops[0]![1] as unknown[]).every(isPrimitive)) {
+      const allowed = new Set(ops[0]![1] as unknown[])
+      tests.push({ path, test: v => allowed.has(v) })
+      continue
+    }
+    if (ops.length === 0 || !ops.every(([op, operand]) => RANGE_OPS.has(op) && isRangeOperand(operand))) return undefined
+    const checks = ops.map(([op, operand]) => {
+      const kind = operand instanceof Date ? 'date' : typeof operand
+      const bound = operand instanceof Date ? operand.getTime() : (operand as number | string)
+      return (v: unknown) => {
+        // Only values of the operand's type compare (mongod's type bracketing).
+        if ((v instanceof Date ? 'date' : typeof v) !== kind) return false
+        const x = v instanceof Date ? v.getTime() : (v as number | string)
+        return op === '$lt' ? x < bound : op === '$lte' ? x <= bound : op === '$gt' ? x > bound : x >= bound
+      }
+    })
+    tests.push({ path, test: v => checks.every(c => c(v)) })
+  }
+  return doc => {
+    for (const { path, test } of tests) {
+      const value = getPath(doc, path, true)
+      if (value !== null && typeof value === 'object' && !(value instanceof Date)) return undefined
+      if (!test(value)) return false
+    }
+    return true
+  }
+}
+
+/** mongod's order across the scalar types a sort key may hold: null, numbers, strings, booleans, dates. */
+export const typeRank = (v: unknown) => (v === null ? 0 : typeof v === 'number' ? 1 : typeof v === 'string' ? 2 : typeof v === 'boolean' ? 3 : 4)
+
+/** Sort keys of a document, or undefined when one is an array or embedded document (mingo sorts those). */
+export function sortKeys(doc: Doc, fields: string[]): unknown[] | undefined {
+  const keys: unknown[] = []
+  for (const field of fields) {
+    const value = getPath(doc, field, true)
+    if (value !== null && typeof value === 'object' && !(value instanceof Date)) return undefined
+    keys.push(value)
+  }
+  return keys
+}
+
+export function compareKeys(a: unknown[], b: unknown[], directions: number[]): number {
+  for (let i = 0; i < directions.length; i++) {
+    const x = a[i]
+    const y = b[i]
+    let c = typeRank(x) - typeRank(y)
+    if (c === 0 && x !== null) {
+      const xv = x instanceof Date ? x.getTime() : (x as number | string | boolean)
+      const yv = y instanceof Date ? y.getTime() : (y as number | string | boolean)
+      c = xv < yv ? -1 : xv > yv ? 1 : 0
+    }
+    if (c !== 0) return c * directions[i]!
+  }
+  return 0
+}
+
+/**
+ * Filter, sort, skip and limit in plain JS when fastMatcher() covers the filter and every sort
+ * key is a scalar: with a limit it keeps only the first skip + limit in order (a bounded
+ * insertion), instead of sorting every match. undefined: let mingo do it.
+ */
+export function fastFind<T extends Doc>(candidates: Iterable<T>, filter: Filter, options: FindOptions): T[] | undefined {
+  const match = fastMatcher(filter)
+  if (!match) return undefined
+  const query = compiled(filter)
+  const matches = (doc: T) => match(doc) ?? query.test(doc)
+  const skip = options.skip ?? 0
+  if (!options.sort) {
+    const hits: T[] = []
+    const want = options.limit ? skip + options.limit : Infinity
+    for (const doc of candidates) {
+      if (matches(doc)) hits.push(doc)
+      if (hits.length >= want) break
+    }
+    return hits.slice(skip)
+  }
+  const fields = Object.keys(options.sort)
+  const directions = fields.map(f => (options.sort![f] === -1 ? -1 : 1))
+  // Ties keep candidate order (as mingo's stable sort does): the sequence number breaks them.
+  const cmp = (a: { keys: unknown[]; seq: number }, b: { keys: unknown[]; seq: number }) => compareKeys(a.keys, b.keys, directions) || a.seq - b.seq
+  const keep = options.limit ? skip + options.limit : Infinity
+  const top: { doc: T; keys: unknown[]; seq: number }[] = []
+  let seq = 0
+  for (const doc of candidates) {
+    if (!matches(doc)) continue
+    const keys = sortKeys(doc, fields)
+    if (!keys) return undefined
+    const entry = { doc, keys, seq: seq++ }
+    if (keep === Infinity) {
+      top.push(entry)
+      continue
+    }
+    if (top.length >= keep && cmp(entry, top[top.length - 1]!) >= 0) continue
+    let lo = 0
+    let hi = top.length
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1
+      if (cmp(top[mid]!, entry) <= 0) lo = mid + 1
+      else hi = mid
+    }
+    top.splice(lo, 0, entry)
+    if (top.length > keep) top.pop()
+  }
+  if (keep === Infinity) top.sort(cmp)
+  return top.slice(skip, options.limit ? skip + options.limit : undefined).map(e => e.doc)
+}
+
+/** The values a filter allows for one field, when it pins them down (equality or $in). */
+export function pinnedValues(filter: Filter, field: string): unknown[] | undefined {
+  const condition = filter[field]
+  if (isPrimitive(condition)) return [condition]
+  if (condition && typeof condition === 'object' && Array.isArray(condition.$in) && condition.$in.every(isPrimitive)) {
+    return condition.$in
+  }
+  return undefined
+}
+
+/**
+ * The document an upsert inserts: the filter's equalities (plain values, embedded documents,
+ * $eq) seed it, then the update's operators, then $setOnInsert. _id from $setOnInsert, else the
+ * filter, else a generated UUID string (mongod would make an ObjectId; repositories give _id).
+ */
+export function upsertDocument(filter: Filter, update: Update): Doc {
+  const seed: Record<string, any> = {}
+  for (const [k, v] of Object.entries(filter)) {
+    if (k.startsWith('$')) continue
+    const operators = v !== null && typeof v === 'object' && !(v instanceof Date) && !Array.isArray(v) && Object.keys(v).some(o => o.startsWith('$'))
+    if (!operators) seed[k] = v
+    else if ('$eq' in v) seed[k] = v.$eq
+  }
+  const { $setOnInsert, ...modifier } = update
+  const { _id: insertId, ...onInsert } = ($setOnInsert ?? {}) as Record<string, any>
+  const { _id: seedId, ...seedFields } = seed
+  let doc = { _id: insertId ?? seedId ?? randomUUID() } as Record<string, any>
+  if (Object.keys(seedFields).length > 0) doc = updatedCopy(doc, { $set: seedFields })[0] // dotted keys become nested
+  if (Object.keys(modifier).length > 0) doc = updatedCopy(doc, modifier)[0]
+  if (Object.keys(onInsert).length > 0) doc = updatedCopy(doc, { $set: onInsert })[0]
+  return doc as Doc
+}
+
+/** A copy of the update without $setOnInsert (which only applies to an inserted document). */
+export function withoutSetOnInsert(update: Update): Update {
+  const { $setOnInsert: _ignored, ...modifier } = update
+  return modifier
+}

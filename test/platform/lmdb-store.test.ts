@@ -1,0 +1,155 @@
+// What the LMDB store adds to the store contract (store-contract.test.ts proves it answers like
+// the others): its data and index declarations outlive the process, even a kill -9 in the middle
+// of writing; queries read an index in order and stop at their limit instead of reading the
+// collection; TTL expiry takes bounded slices of its index.
+import t from 'tap'
+import { spawn } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { LmdbStore } from '../../platform/store/lmdb-store.js'
+import { DuplicateKeyError, type Doc } from '../../platform/store/types.js'
+import { buildService } from '../support/processes.js'
+
+function tempDir(t: Tap.Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'sb-lmdb-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+const CONTACT_INDEXES = [
+  { name: 'batch_identifier_unique', key: { batchId: 1, identifier: 1 }, unique: true },
+  { name: 'batch_state_rank_next', key: { batchId: 1, state: 1, priorityRank: 1, nextAttemptAt: 1 } },
+  { name: 'tags', key: { tags: 1 } },
+]
+
+t.test('documents, indexes and their declarations survive closing and reopening', async t => {
+  const path = tempDir(t)
+  const first = new LmdbStore({ path })
+  await first.ensureIndexes('contacts', CONTACT_INDEXES)
+  const contacts = first.collection('contacts')
+  const at = new Date('2026-07-01T10:00:00Z')
+  await contacts.insertMany([
+    { _id: 'a', batchId: 'b', identifier: 'x', state: 'pending', priorityRank: 1, nextAttemptAt: at, tags: ['p', 'q'] },
+    { _id: 'b', batchId: 'b', identifier: 'y', state: 'pending', priorityRank: 0, nextAttemptAt: at, tags: 'p' },
+  ])
+  await contacts.updateOne({ _id: 'a' }, { $inc: { attempts: 1 } })
+  await first.close()
+
+  const second = new LmdbStore({ path })
+  t.teardown(() => second.close())
+  const again = second.collection('contacts')
+  t.same(await again.findOne({ _id: 'a' }), { _id: 'a', batchId: 'b', identifier: 'x', state: 'pending', priorityRank: 1, nextAttemptAt: at, tags: ['p', 'q'], attempts: 1 })
+  // No ensureIndexes in this process: the declarations were stored with the data.
+  t.ok((await again.insertOne({ _id: 'c', batchId: 'b', identifier: 'x' }).catch(e => e)) instanceof DuplicateKeyError, 'the unique index is enforced')
+  const before = { ...second.reads }
+  t.same((await again.find({ batchId: 'b', state: 'pending' }, { sort: { priorityRank: 1 }, limit: 1 })).map(d => d._id), ['b'])
+  t.equal(second.reads.documents - before.documents, 1, 'read through the index: one document for limit 1')
+  t.same((await again.find({ tags: 'p' }, { sort: { _id: 1 } })).map(d => d._id), ['a', 'b'], 'the multikey index still answers')
+})
+
+t.test('the due-contact query reads the index in order and stops at its limit', async t => {
+  const store = new LmdbStore({ path: tempDir(t) })
+  t.teardown(() => store.close())
+  await store.ensureIndexes('contacts', CONTACT_INDEXES)
+  const contacts = store.collection('contacts')
+  const now = Date.parse('2026-07-01T12:00:00Z')
+  const docs: Doc[] = []
+  for (let i = 0; i < 20_000; i++) {
+    docs.push({
+      _id: `c${i}`,
+      batchId: i % 10 === 0 ? 'small' : 'big',
+      identifier: `id${i}`,
+      state: i % 7 === 0 ? 'done' : 'pending',
+      priorityRank: i % 3,
+      // Half of them not due yet: the key check skips them without reading their documents.
+      nextAttemptAt: new Date(now + (i % 2 === 0 ? -60_000 : 60_000) - i),
+    })
+  }
+  for (let i = 0; i < docs.length; i += 5000) await contacts.insertMany(docs.slice(i, i + 5000))
+
+  const filter = { batchId: 'big', state: 'pending', nextAttemptAt: { $lte: new Date(now) } }
+  const expected = docs
+    .filter(d => d.batchId === 'big' && d.state === 'pending' && d.nextAttemptAt.getTime() <= now)
+    .sort((a, b) => a.priorityRank - b.priorityRank || a.nextAttemptAt - b.nextAttemptAt || (a._id < b._id ? -1 : 1))
+  const before = { ...store.reads }
+  const due = await contacts.find(filter, { sort: { priorityRank: 1, nextAttemptAt: 1, _id: 1 }, limit: 50 })
+  t.same(due.map(d => d._id), expected.slice(0, 50).map(d => d._id), 'the first 50 due contacts, in selection order')
+  t.equal(store.reads.documents - before.documents, 50, 'only the 50 documents returned were read')
+  t.ok(store.reads.keys - before.keys < 200, `index entries read: ${store.reads.keys - before.keys} (not the batch's 18,000)`)
+
+  const counted = { ...store.reads }
+  t.equal(await contacts.countDocuments(filter), expected.length, 'the count of a range')
+  t.equal(await contacts.countDocuments({ batchId: 'big', state: 'pending' }), docs.filter(d => d.batchId === 'big' && d.state === 'pending').length)
+  t.equal(store.reads.documents - counted.documents, 0, 'counted on the index, no document read')
+
+  const probe = { ...store.reads }
+  t.ok(await contacts.findOne({ batchId: 'small', state: 'pending' }), 'findOne on an equality prefix')
+  t.equal(store.reads.documents - probe.documents, 1, 'one document read')
+})
+
+t.test('TTL expiry walks its index a slice at a time', async t => {
+  let now = Date.parse('2026-07-01T00:00:00Z')
+  const store = new LmdbStore({ path: tempDir(t), clock: { now: () => now }, sweepIntervalMs: 0, ttlSlice: 100, ttlSlicesPerSweep: 2 })
+  t.teardown(() => store.close())
+  await store.ensureIndexes('ops', [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }])
+  const ops = store.collection('ops')
+  await ops.insertMany(Array.from({ length: 450 }, (_, i) => ({ _id: `old${i}`, expiresAt: new Date(now - 1000 - i) })))
+  await ops.insertMany(Array.from({ length: 50 }, (_, i) => ({ _id: `new${i}`, expiresAt: new Date(now + 60_000 + i) })))
+  await ops.insertOne({ _id: 'not-a-date', expiresAt: now - 5000 })
+  t.equal(await store.sweep(), 200, 'one sweep: two slices of 100')
+  t.equal(await store.sweep(), 200)
+  t.equal(await store.sweep(), 50, 'the rest')
+  t.equal(await store.sweep(), 0, 'nothing left to expire')
+  t.equal(await ops.countDocuments({}), 51, 'future and non-Date expiries stay')
+  now += 120_000
+  t.equal(await store.sweep(), 50, 'they expire in their turn')
+})
+
+t.test('a kill -9 while writing loses nothing that was acknowledged and leaves indexes whole', async t => {
+  const path = tempDir(t)
+  const storeModule = join(buildService(), 'platform', 'store', 'lmdb-store.js')
+  // A writer that prints the number of each batch once its write resolved (= committed).
+  const script = `
+    const { LmdbStore } = await import(${JSON.stringify(storeModule)})
+    const store = new LmdbStore({ path: ${JSON.stringify(path)} })
+    await store.ensureIndexes('contacts', ${JSON.stringify(CONTACT_INDEXES)})
+    const contacts = store.collection('contacts')
+    for (let batch = 0; ; batch++) {
+      const ops = []
+      for (let i = 0; i < 200; i++) {
+        const n = batch * 200 + i
+        ops.push({ updateOne: { filter: { batchId: 'b', identifier: 'id' + n }, update: { $setOnInsert: { _id: 'c' + n, state: 'pending', priorityRank: n % 5, nextAttemptAt: new Date(n), tags: ['t' + (n % 3), 'all'] } }, upsert: true } })
+      }
+      // A second writer in flight at the same time: a counter document.
+      await Promise.all([contacts.bulkWrite(ops, { ordered: false }), contacts.updateOne({ _id: 'counter' }, { $inc: { n: 1 } }, { upsert: true })])
+      process.stdout.write('acked ' + batch + '\\n')
+    }
+  `
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
+  const exited = new Promise(resolve => child.once('exit', resolve))
+  const deadline = Date.now() + 30_000
+  while (!/acked (\d*[2-9]\d)\n/.test(output) && Date.now() < deadline && child.exitCode === null) await new Promise(r => setTimeout(r, 20))
+  child.kill('SIGKILL')
+  await exited
+  const acked = Math.max(...[...output.matchAll(/acked (\d+)\n/g)].map(m => Number(m[1])))
+  t.ok(acked >= 20, `the writer acknowledged ${acked + 1} batches before the kill (output: ${output.slice(-200)})`)
+
+  const store = new LmdbStore({ path })
+  t.teardown(() => store.close())
+  const contacts = store.collection('contacts')
+  const total = await contacts.countDocuments({})
+  const counter = (await contacts.findOne({ _id: 'counter' }))!.n as number
+  t.ok(counter >= acked + 1, `every acknowledged increment is there (${counter} >= ${acked + 1})`)
+  t.ok(total - 1 >= (acked + 1) * 200, `every acknowledged contact is there (${total - 1} >= ${(acked + 1) * 200})`)
+  t.equal((total - 1) % 200, 0, 'batches are whole: a transaction is all or nothing')
+  // Each index holds exactly the documents: counted on the index against a read of every document.
+  const docs = (await contacts.find({ batchId: 'b' })).length
+  t.equal(docs, total - 1)
+  t.equal(await contacts.countDocuments({ batchId: 'b', state: 'pending' }), docs, 'batch_state_rank_next has every contact')
+  t.equal((await contacts.find({ tags: 'all' })).length, docs, 'the multikey index has every contact')
+  t.ok((await contacts.insertOne({ _id: 'dup', batchId: 'b', identifier: 'id0' }).catch(e => e)) instanceof DuplicateKeyError, 'the unique index is whole')
+})
