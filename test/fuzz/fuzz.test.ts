@@ -137,12 +137,39 @@ async function json(base: string, method: string, path: string, body?: unknown, 
 async function openSession(base: string, key: string) {
   const controller = new AbortController()
   const res = await fetch(`${base}/assistants-channel/api/v1/channel/api/eventstream/demo`, { method: 'POST', headers: { apikey: key, 'content-type': 'application/json' }, body: '{}', signal: controller.signal })
+  if (res.status !== 200) throw Object.assign(new Error(`opening a session: ${res.status} ${await res.text()}`), { status: res.status })
   const reader = res.body!.getReader()
   let text = ''
-  while (!/event: Initialized\ndata: (.*)\n/.test(text)) text += new TextDecoder().decode((await reader.read()).value)
+  while (!/event: Initialized\ndata: (.*)\n/.test(text)) {
+    const chunk = await reader.read()
+    if (chunk.done) throw new Error(`the stream ended before Initialized: ${text.slice(0, 300)}`)
+    text += new TextDecoder().decode(chunk.value)
+  }
   controller.abort()
   const data = JSON.parse(/event: Initialized\ndata: (.*)\n/.exec(text)![1]!)
   return { sessionId: data.sessionId as string, consumerId: data.consumerId as string }
+}
+
+/** Opens a session; when the fuzzer filled the crew's slots (429), closes one live session as the error advises, then retries. */
+async function openSessionFreeingASlot(base: string, key: string) {
+  try {
+    return await openSession(base, key)
+  } catch (error) {
+    if ((error as { status?: number }).status !== 429) throw error
+    const live = await json(base, 'GET', '/engine/api/administration/sessions?state=active&limit=1', undefined, key)
+    const victim = live.json?.data?.[0]?.sessionId
+    if (!victim) throw error
+    await json(base, 'DELETE', `/engine/api/administration/session/${victim}`, undefined, key)
+    // The slot is freed once the session's record is a tombstone, just after the 204.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await openSession(base, key)
+      } catch (again) {
+        if ((again as { status?: number }).status !== 429 || attempt === 50) throw again
+        await new Promise(r => setTimeout(r, 100))
+      }
+    }
+  }
 }
 
 async function fixturesFor(base: string): Promise<Fixtures> {
@@ -285,7 +312,7 @@ t.test('fuzz: hostile requests against a real service process', async t => {
     if (op?.status !== 'succeeded') await new Promise(r => setTimeout(r, 50))
   }
   t.equal(op?.status, 'succeeded', 'a load still completes')
-  const session = await openSession(proc.base, KEYS.acme)
+  const session = await openSessionFreeingASlot(proc.base, KEYS.acme)
   const sentMessage = await json(proc.base, 'PUT', `/assistants-channel/api/v1/channel/api/eventstream/${session.sessionId}/${session.consumerId}`, { message: 'hola' })
   t.equal(sentMessage.status, 201, 'a session still takes messages')
   t.ok(proc.alive(), 'the process lived through the whole run')
