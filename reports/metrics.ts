@@ -13,6 +13,7 @@
 //   value: a real observed value, never below the exact percentile and at most ~1% above it
 //   (bins are e^0.01 wide; values below ~100 ms get a bin each, so they are exact).
 import type { MetricDefinition, ReportDefinition } from './definitions.js'
+import type { SlotCell } from './slots.js'
 
 export const BIN_SCALE = 100
 
@@ -23,6 +24,7 @@ export interface HistogramSpec {
   field: string
   /** Query-language filter (for `$match`). */
   filter: Record<string, unknown>
+  where: MetricDefinition['where']
 }
 
 type Bins = Map<number, { n: number; max: number }>
@@ -82,7 +84,7 @@ export class CompiledReport {
           break
         case 'percentile': {
           const id = JSON.stringify([f, metric.where ?? null])
-          if (!this.histograms.some(h => h.id === id)) this.histograms.push({ id, field: f!, filter: whereFilter(metric.where) })
+          if (!this.histograms.some(h => h.id === id)) this.histograms.push({ id, field: f!, filter: whereFilter(metric.where), where: metric.where })
           break
         }
         case 'count':
@@ -160,6 +162,29 @@ export class CompiledReport {
     }
   }
 
+  /**
+   * Adds one cell of a stats block (slots.ts) into a bucket: the same sums, counts, min, max and
+   * bins the record pipelines produce for the sessions it holds.
+   */
+  mergeCell(state: BucketState, cell: SlotCell) {
+    const id: Record<string, unknown> = {}
+    this.whereFields.forEach((field, i) => (id[`w${i}`] = cell.w[field as keyof SlotCell['w']] ?? null))
+    const row: GroupRow = { _id: id, n: cell.n }
+    for (const [name, value] of Object.entries(cell)) {
+      if (name.startsWith('s_') || name.startsWith('c_')) row[name] = value
+      else if (name.startsWith('mn_')) row[`min_${name.slice(3)}`] = value
+      else if (name.startsWith('mx_')) row[`max_${name.slice(3)}`] = value
+    }
+    this.mergeValues(state, row)
+    for (const spec of this.histograms) {
+      if (!cellMatches(spec.where, cell.w)) continue
+      const counts = cell[`h_${spec.field}`] as Record<string, number> | undefined
+      const maxima = cell[`x_${spec.field}`] as Record<string, number> | undefined
+      if (!counts) continue
+      for (const [bin, n] of Object.entries(counts)) this.mergeBin(state, spec.id, Number(bin.slice(1)), n, maxima?.[bin] ?? 0)
+    }
+  }
+
   mergeBin(state: BucketState, histogram: string, bin: number, n: number, max: number) {
     const bins = state.histograms[histogram]!
     const entry = bins.get(bin)
@@ -190,6 +215,14 @@ export class CompiledReport {
     }
     return out
   }
+}
+
+function cellMatches(where: MetricDefinition['where'], w: SlotCell['w']): boolean {
+  if (!where) return true
+  return Object.entries(where).every(([field, wanted]) => {
+    const value = w[field as keyof SlotCell['w']] ?? null
+    return Array.isArray(wanted) ? wanted.includes(value as string) : wanted === value
+  })
 }
 
 /** Nearest-rank percentile over merged bins: the largest value of the bin holding the rank. */
