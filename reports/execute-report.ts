@@ -20,7 +20,7 @@ import type { SessionRecordDoc } from './session-records.js'
 import type { ExecuteReportQuery } from './params.js'
 import type { BucketState, CompiledReport, GroupRow } from './metrics.js'
 import { type Bucket, bucketKey, bucketKeyExpression, bucketSeries, DAY, type Grouping, HOUR, monthOfDayKey, offsetSegments, WEEK } from './time-buckets.js'
-import { type Block, blocksOf, ceilQuarter, quarterOf, type SlotStatsDoc } from './slots.js'
+import { type Block, blocksOf, ceilQuarter, quarterOf, recordCell, type SlotStatsDoc } from './slots.js'
 
 export interface ReportSources {
   records: Collection<SessionRecordDoc>
@@ -183,17 +183,26 @@ async function fromBlocks(sources: ReportSources, report: CompiledReport, span: 
   const blocks = [...byLevel].map(([level, slots]) =>
     sources.stats.find({ accountId: span.accountId, crew_id: span.crewId, level, slot: { $in: slots } }),
   )
-  // Live sessions are never in the blocks; ended ones off the quarter grid are read here too.
-  const live = fromRecords(sources.records, report, span, { slotted: false }, toBucket)
-  const pieces = partial.filter(p => p.from < p.to).map(p =>
-    fromRecords(sources.records, report, { ...span, grouping: null, from: p.from, to: p.to }, { slot: quarterOf(p.from), slotted: true }, () => p.state),
-  )
-  const [docs] = await Promise.all([Promise.all(blocks), live, ...pieces])
+  // Live sessions are never in the blocks, and ended ones off the quarter grid are not read from
+  // them: both come from the records (few), each merged as a cell of its own.
+  const base = { accountId: span.accountId, crew_id: span.crewId }
+  const live = sources.records.find({ ...base, slotted: false, start_time: { $gte: span.from, $lt: span.to } })
+  const pieces = partial
+    .filter(p => p.from < p.to)
+    .map(async p => ({ state: p.state, records: await sources.records.find({ ...base, slot: quarterOf(p.from), slotted: true, start_time: { $gte: p.from, $lt: p.to } }) }))
+  const [docs, liveRecords, pieceRecords] = await Promise.all([Promise.all(blocks), live, Promise.all(pieces)])
   for (const doc of docs.flat()) {
     const state = blockState.get(blockKey(doc))
     if (!state) continue
-    for (const cell of Object.values(doc.e ?? {})) report.mergeCell(state, cell)
+    for (const key in doc.e) report.mergeCell(state, key, doc.e[key]!)
   }
+  const segments = offsetSegments(span.zone, span.from, span.to)
+  for (const r of liveRecords) {
+    const segment = segments.find(s => r.start_time < s.to) ?? segments[segments.length - 1]!
+    const state = toBucket(span.grouping === null ? null : bucketKey(span.grouping, r.start_time, segment.offsetMs))
+    if (state) report.mergeCell(state, ...recordCell(r))
+  }
+  for (const piece of pieceRecords) for (const r of piece.records) report.mergeCell(piece.state, ...recordCell(r))
 }
 
 const blockKey = (b: Block) => `${b.level}:${b.slot}`

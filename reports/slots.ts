@@ -79,14 +79,11 @@ export interface SlotCountDoc {
 export type WhereValues = Record<(typeof WHERE_FIELDS)[number], string | null>
 
 /**
- * One cell of a stats block. Per metric field f: s_f sum, c_f values counted, mn_f / mx_f,
- * h_f { b<bin>: count } and x_f { b<bin>: largest value } (bins of metrics.ts).
+ * One cell of a stats block, flat (few objects to read): n sessions, and per metric field f:
+ * s_f sum, c_f values counted, mn_f / mx_f, h_f_<bin> count and x_f_<bin> largest value of a
+ * histogram bin (metrics.ts). The where-values are in the cell's key (cellKey / cellWhere).
  */
-export interface SlotCell {
-  w: WhereValues
-  n: number
-  [stat: string]: unknown
-}
+export type SlotCell = Record<string, number>
 
 export interface SlotStatsDoc {
   _id: string
@@ -107,11 +104,41 @@ export const SLOT_INDEXES: IndexSpec[] = [
 export const histogramBin = (value: number) => Math.floor(Math.log(value + 1) * BIN_SCALE)
 
 /** A cell's field name: values escaped so no '.', '$' or '|' remains; null is '~'. */
-function cellKey(w: WhereValues): string {
+export function cellKey(w: WhereValues): string {
   return WHERE_FIELDS.map(f => {
     const v = w[f]
     return v === null ? '~' : '_' + encodeURIComponent(v).replace(/\./g, '%2E')
   }).join('|')
+}
+
+/** The where-values a cell key stands for. */
+export function cellWhere(key: string): WhereValues {
+  const parts = key.split('|')
+  const out = {} as WhereValues
+  WHERE_FIELDS.forEach((f, i) => {
+    const part = parts[i] ?? '~'
+    out[f] = part === '~' ? null : decodeURIComponent(part.slice(1))
+  })
+  return out
+}
+
+/** One record as a cell of its own (key and fields), to merge exactly like a block's cells. */
+export function recordCell(r: SessionRecordDoc): [string, SlotCell] {
+  const cell: SlotCell = { n: 1 }
+  for (const f of METRIC_FIELDS) {
+    const v = r[f]
+    if (typeof v !== 'number' || !Number.isFinite(v)) continue
+    cell[`s_${f}`] = v
+    cell[`c_${f}`] = 1
+    cell[`mn_${f}`] = v
+    cell[`mx_${f}`] = v
+    if (v >= 0) {
+      const bin = histogramBin(v)
+      cell[`h_${f}_${bin}`] = 1
+      cell[`x_${f}_${bin}`] = v
+    }
+  }
+  return [cellKey(whereValues(r)), cell]
 }
 
 const whereValues = (r: SessionRecordDoc): WhereValues => ({
@@ -123,10 +150,10 @@ const whereValues = (r: SessionRecordDoc): WhereValues => ({
 interface PendingUpdate {
   collection: typeof SLOT_COUNTS | typeof SLOT_STATS
   key: { accountId: string; crew_id: string; level: number; slot: number }
-  inc: Record<string, number>
-  min: Record<string, number>
-  max: Record<string, number>
-  set: Record<string, unknown>
+  // Maps: a bulk import adds thousands of distinct paths (objects would go dictionary-slow).
+  inc: Map<string, number>
+  min: Map<string, number>
+  max: Map<string, number>
 }
 
 /**
@@ -140,7 +167,7 @@ export class SlotUpdates {
     const id = `${collection}\n${blockId(accountId, crewId, block)}`
     let u = this.pending.get(id)
     if (!u) {
-      u = { collection, key: { accountId, crew_id: crewId, level: block.level, slot: block.slot }, inc: {}, min: {}, max: {}, set: {} }
+      u = { collection, key: { accountId, crew_id: crewId, level: block.level, slot: block.slot }, inc: new Map(), min: new Map(), max: new Map() }
       this.pending.set(id, u)
     }
     return u
@@ -154,7 +181,7 @@ export class SlotUpdates {
   started(r: Pick<SessionRecordDoc, 'accountId' | 'crew_id' | 'start_time'>) {
     for (const block of this.blocks(r.start_time)) {
       const u = this.doc(SLOT_COUNTS, r.accountId, r.crew_id, block)
-      u.inc.sessions = (u.inc.sessions ?? 0) + 1
+      add(u.inc, 'sessions', 1)
     }
   }
 
@@ -164,7 +191,6 @@ export class SlotUpdates {
     const cell = `e.${cellKey(w)}`
     for (const block of this.blocks(r.start_time)) {
       const u = this.doc(SLOT_STATS, r.accountId, r.crew_id, block)
-      u.set[`${cell}.w`] = w
       add(u.inc, `${cell}.n`, 1)
       for (const f of METRIC_FIELDS) {
         const v = r[f]
@@ -175,8 +201,8 @@ export class SlotUpdates {
         keep(u.max, `${cell}.mx_${f}`, v, Math.max)
         if (v >= 0) {
           const bin = histogramBin(v)
-          add(u.inc, `${cell}.h_${f}.b${bin}`, 1)
-          keep(u.max, `${cell}.x_${f}.b${bin}`, v, Math.max)
+          add(u.inc, `${cell}.h_${f}_${bin}`, 1)
+          keep(u.max, `${cell}.x_${f}_${bin}`, v, Math.max)
         }
       }
     }
@@ -190,10 +216,9 @@ export class SlotUpdates {
   ops(): Record<typeof SLOT_COUNTS | typeof SLOT_STATS, BulkOp[]> {
     const out: Record<string, BulkOp[]> = { [SLOT_COUNTS]: [], [SLOT_STATS]: [] }
     for (const u of this.pending.values()) {
-      const update: Record<string, unknown> = { $setOnInsert: u.key, $inc: u.inc }
-      if (Object.keys(u.min).length) update.$min = u.min
-      if (Object.keys(u.max).length) update.$max = u.max
-      if (Object.keys(u.set).length) update.$set = u.set
+      const update: Record<string, unknown> = { $setOnInsert: u.key, $inc: Object.fromEntries(u.inc) }
+      if (u.min.size) update.$min = Object.fromEntries(u.min)
+      if (u.max.size) update.$max = Object.fromEntries(u.max)
       const _id = blockId(u.key.accountId, u.key.crew_id, u.key)
       out[u.collection]!.push({ updateOne: { filter: { _id }, update, upsert: true } })
     }
@@ -201,10 +226,11 @@ export class SlotUpdates {
   }
 }
 
-function add(target: Record<string, number>, path: string, by: number) {
-  target[path] = (target[path] ?? 0) + by
+function add(target: Map<string, number>, path: string, by: number) {
+  target.set(path, (target.get(path) ?? 0) + by)
 }
 
-function keep(target: Record<string, number>, path: string, v: number, pick: (a: number, b: number) => number) {
-  target[path] = path in target ? pick(target[path]!, v) : v
+function keep(target: Map<string, number>, path: string, v: number, pick: (a: number, b: number) => number) {
+  const current = target.get(path)
+  target.set(path, current === undefined ? v : pick(current, v))
 }
