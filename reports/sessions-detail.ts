@@ -23,7 +23,7 @@ import type { Collection } from '../platform/store/index.js'
 import type { Clock } from '../platform/clock.js'
 import type { SessionRecordDoc } from './session-records.js'
 import { invalidParameter, type SessionsDetailQuery } from './params.js'
-import { type Block, blocksOf, ceilQuarter, childrenOf, QUARTER, quarterOf, type SlotCountDoc } from './slots.js'
+import { type Block, blockSpan, blocksOf, ceilQuarter, childrenOf, QUARTER, quarterOf, type SlotCountDoc } from './slots.js'
 
 export interface DetailSources {
   records: Collection<SessionRecordDoc>
@@ -165,13 +165,15 @@ export async function pageFromRecords(
 /** A stretch of the range with its row count: a whole block, or (no block) part of one quarter. */
 interface Piece {
   from: number
+  to: number
   count: number
   block?: Block
 }
 
-/** Row r is in the quarter (or partial quarter) starting at `from`, after `offset` of its rows. */
+/** Row r is in [from, to) (a quarter, part of one, or a block), after `offset` of its rows. */
 interface Position {
   from: number
+  to: number
   offset: number
 }
 
@@ -198,7 +200,7 @@ class RangeCounts {
       [...byLevel].map(([level, slots]) => this.sources.counts.find({ accountId: this.accountId, crew_id: this.crewId, level, slot: { $in: slots } })),
     )
     const counts = new Map(found.flat().map(d => [`${d.level}:${d.slot}`, d.sessions]))
-    return blocks.map(block => ({ from: block.slot, count: counts.get(`${block.level}:${block.slot}`) ?? 0, block }))
+    return blocks.map(block => ({ from: block.slot, to: block.slot + blockSpan(block.level), count: counts.get(`${block.level}:${block.slot}`) ?? 0, block }))
   }
 
   /** [from, to) as partial quarters (counted on the records) and whole blocks, in order, empty ones left out. */
@@ -214,7 +216,7 @@ class RangeCounts {
       head = a < to ? [[from, a], [a, to]] : [[from, to]]
     }
     const edge = (pairs: [number, number][]) =>
-      Promise.all(pairs.filter(([lo, hi]) => lo < hi).map(async ([lo, hi]): Promise<Piece> => ({ from: lo, count: await this.recordCount(lo, hi) })))
+      Promise.all(pairs.filter(([lo, hi]) => lo < hi).map(async ([lo, hi]): Promise<Piece> => ({ from: lo, to: hi, count: await this.recordCount(lo, hi) })))
     const [before, blocks, after] = await Promise.all([edge(head), a < b ? this.blockPieces(blocksOf(a, b)) : [], edge(tail)])
     return [...before, ...blocks, ...after].filter(p => p.count > 0)
   }
@@ -222,14 +224,19 @@ class RangeCounts {
   /** Where row r (0-based, below the pieces' total) is, descending into blocks down to a quarter. */
   async locate(pieces: Piece[], r: number): Promise<Position> {
     let list = pieces
+    let found: Position = { from: pieces[0]?.from ?? 0, to: pieces[pieces.length - 1]?.to ?? 0, offset: r }
     for (;;) {
+      let rest = found.offset
       const piece = list.find(p => {
-        if (r < p.count) return true
-        r -= p.count
+        if (rest < p.count) return true
+        rest -= p.count
         return false
       })
-      if (!piece) throw new Error('report block counts disagree with each other')
-      if (!piece.block || piece.block.level === 0) return { from: piece.from, offset: r }
+      // Sub-blocks that do not add up to their block (an update lost to a crash): seek from the
+      // block's start instead; the page is still served, off by at most the lost updates.
+      if (!piece) return found
+      found = { from: piece.from, to: piece.to, offset: rest }
+      if (!piece.block || piece.block.level === 0) return found
       list = (await this.blockPieces(childrenOf(piece.block))).filter(p => p.count > 0)
     }
   }
@@ -244,17 +251,19 @@ async function pageFromBlocks(sources: DetailSources, accountId: string, q: Sess
 
   /**
    * `limit` rows from `from` on (after skipping `skip`), read as one seek over the quarters up to
-   * the one holding row `lastRow`; if that window falls short (counts moved: a row written late
-   * before it), reading goes on past it, so the result is exact either way.
+   * the end of the one holding row `lastRow`. Should that window fall short (the counts moved
+   * since: a row written late before it), the seek runs again without it, so the rows are right
+   * either way.
    */
   const read = async (from: number, skip: number, limit: number, lastRow: number) => {
     const end = lastRow >= 0 && lastRow < total ? await counts.locate(pieces, lastRow) : null
-    const windowEnd = end ? Math.min(upper, Math.max(quarterOf(end.from), quarterOf(from)) + QUARTER) : upper
-    const quarters = Math.ceil((windowEnd - quarterOf(from)) / QUARTER)
-    const pin = end && quarters <= MAX_PINNED_QUARTERS ? { slot: { $in: Array.from({ length: quarters }, (_, i) => quarterOf(from) + i * QUARTER) } } : {}
+    const windowEnd = end ? Math.min(upper, Math.max(end.to, ceilQuarter(from + 1))) : upper
+    const first = quarterOf(from)
+    const quarters = Math.ceil((windowEnd - first) / QUARTER)
+    const pin = quarters <= MAX_PINNED_QUARTERS ? { slot: { $in: Array.from({ length: quarters }, (_, i) => first + i * QUARTER) } } : {}
     const docs = await sources.records.find({ ...base, ...pin, start_time: { $gte: from, $lt: windowEnd } }, { sort: SORT, skip, limit })
     if (docs.length < limit && windowEnd < upper) {
-      docs.push(...(await sources.records.find({ ...base, start_time: { $gte: windowEnd, $lt: upper } }, { sort: SORT, limit: limit - docs.length })))
+      return sources.records.find({ ...base, start_time: { $gte: from, $lt: upper } }, { sort: SORT, skip, limit })
     }
     return docs
   }

@@ -239,6 +239,24 @@ t.test("a session's contribution is added once, however often its record is writ
   t.equal(total, 2)
 })
 
+t.test('sessions-detail still answers when a block lost an update (a crash between two writes)', async t => {
+  const store = new MemoryStore()
+  t.teardown(() => store.close())
+  const recorder = new SessionRecorder(store)
+  await recorder.ensureIndexes()
+  const start = Date.parse('2026-06-01T00:00:00Z')
+  await recorder.insert(withIds(Array.from({ length: 300 }, (_, i) => ({
+    accountId: 'acme', crew_id: 'crew-1', agent_id: 'a', agents: ['a'], start_time: start + i * 60_000, end_time: start + i * 60_000 + 1,
+    duration: 1, status: 'completed' as SessionStatus, messages: 0, user_messages: 0, assistant_messages: 0, tool_calls: 0, transfers: 0, end_reason: 'hangup',
+  }))))
+  // The 1-hour blocks of the third hour lost their count; the 4-hour block above them kept it.
+  await store.collection(SLOT_COUNTS).deleteMany({ level: 1, slot: start + 2 * 3_600_000 })
+  const q = { crewId: 'crew-1', startTs: start, endTs: start + 86_400_000, page: 3, pageSize: 60, asOf: start + 86_400_000 }
+  const page = await sessionsDetail(sourcesOf(store, true), clock(q.asOf), 'acme', q)
+  t.equal(page.pagination.total, 300)
+  t.same(page.data, (await sessionsDetail(sourcesOf(store, false), clock(q.asOf), 'acme', q)).data, 'here the 4-hour block still places the page')
+})
+
 t.test('records written before the blocks are migrated at start, in slices', async t => {
   for (const kind of ['memory', 'mongo'] as const) {
     t.test(kind, async t => {
