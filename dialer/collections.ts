@@ -93,6 +93,8 @@ export interface ContactDoc {
   claimedBy?: string | null
   claimedAt?: Date | null
   lastOutcome?: string | null
+  /** In its account's active-contacts counter (dialer/active-contacts.ts); absent on contacts older than it. */
+  capCounted?: boolean
   /** Why a `done` contact is done: final_outcome, attempts_exhausted or blocked. */
   doneReason?: string | null
   /** The last reason a selection cycle passed the contact over (outside_window, ...). */

@@ -57,6 +57,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
       for (const [collection, indexes] of Object.entries(INDEXES)) await store.ensureIndexes(collection, indexes)
       await idempotency.ensureIndexes()
       await store.ensureIndexes(WEBHOOK_REPORTS, [{ name: 'received_ttl', key: { receivedAt: 1 }, expireAfterSeconds: 7 * 86_400 }])
+      await loads.active.start(platform.logger)
       if (options.workers !== false) {
         queueWorkers.start()
         scheduler.start(platform.config.dialer.cycleMs)
@@ -72,6 +73,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
       providers.close()
       await scheduler.stop()
       await queueWorkers.stop()
+      await loads.active.stop()
     },
   }
 }

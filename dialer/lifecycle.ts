@@ -4,7 +4,7 @@
 import type { Principal } from '../gateway/auth.js'
 import type { Platform } from '../platform/index.js'
 import type { Delivery, WorkQueue } from '../platform/bus/index.js'
-import { COLLECTIONS } from './collections.js'
+import { ActiveContacts } from './active-contacts.js'
 import { type Batches, MOVES } from './batches.js'
 import type { BatchLog } from './batch-log.js'
 import type { LifecycleOperationDoc, LifecycleType, Operations } from './operations.js'
@@ -64,7 +64,7 @@ export class BatchLifecycle {
   private async apply(op: LifecycleOperationDoc) {
     if (op.type === 'batch.delete') {
       // Contacts go first; the batch disappears (404) once nothing of it is left.
-      await this.platform.store.collection(COLLECTIONS.contacts).deleteMany({ batchId: op.batchId })
+      await new ActiveContacts(this.platform.store).deleteBatch(op.accountId, op.batchId)
       await this.batches.setStatus(op.batchId, 'deleting', 'deleted')
     }
     // start / stop / archive take effect with the status change itself; the dialing

@@ -17,7 +17,7 @@ import { type BulkOp, type Collection, DuplicateKeyError } from '../platform/sto
 import type { Platform } from '../platform/index.js'
 import type { Delivery, WorkQueue } from '../platform/bus/index.js'
 import { newId, stableId } from '../platform/ids.js'
-import { ACTIVE_CONTACT_STATES, type Actor, COLLECTIONS, type ContactDoc, NO_PRIORITY_RANK } from './collections.js'
+import { type Actor, COLLECTIONS, type ContactDoc, NO_PRIORITY_RANK } from './collections.js'
 import type { ContactInput } from './contact-input.js'
 import type { Batches, BatchDoc, DuplicateStrategy } from './batches.js'
 import type { BatchLog } from './batch-log.js'
@@ -28,6 +28,7 @@ import {
   type Operations,
 } from './operations.js'
 import type { QueueWorker } from './queue-workers.js'
+import { ActiveContacts } from './active-contacts.js'
 
 export const LOAD_QUEUE = 'dialer.contacts.chunks'
 const MAX_DELIVERIES = 5
@@ -117,6 +118,8 @@ export class ContactLoads {
   private readonly plans: Collection<ChunkPlanDoc>
   readonly queue: WorkQueue<ChunkMessage>
   readonly worker: QueueWorker<ChunkMessage>
+  /** The account cap's counter of active contacts. */
+  readonly active: ActiveContacts
 
   constructor(
     private readonly platform: Platform,
@@ -126,6 +129,7 @@ export class ContactLoads {
   ) {
     this.contacts = platform.store.collection<ContactDoc>(COLLECTIONS.contacts)
     this.plans = platform.store.collection<ChunkPlanDoc>(COLLECTIONS.chunkPlans)
+    this.active = new ActiveContacts(platform.store)
     this.queue = platform.bus.queue<ChunkMessage>(LOAD_QUEUE)
     this.worker = {
       queue: this.queue,
@@ -181,7 +185,7 @@ export class ContactLoads {
   private async checkCap(accountId: string, attempting: number) {
     const maxContacts = this.platform.config.dialer.maxActiveContacts
     const [active, reserved] = await Promise.all([
-      this.contacts.countDocuments({ accountId, state: { $in: ACTIVE_CONTACT_STATES } }),
+      this.active.count(accountId),
       this.operations.reservedContacts(accountId),
     ])
     const currentActive = active + reserved
@@ -309,6 +313,7 @@ export class ContactLoads {
           addressAttempts: {},
           createdAt: at,
           updatedAt: at,
+          capCounted: false,
         }
         const { batchId: _b, identifier: _i, ...rest } = doc
         ops.push({ updateOne: { filter: key, update: { $setOnInsert: rest }, upsert: true } })
@@ -327,6 +332,9 @@ export class ContactLoads {
     })
     // Ordered, so repeated identifiers inside the chunk apply in request order.
     const result = await this.contacts.bulkWrite(ops, { ordered: true })
+    // Inserted and recontacted contacts join the account's active count (once, however often
+    // this chunk is applied), also when the bulk stopped partway.
+    await this.active.reconcile(message.accountId, { batchId: message.batchId, identifiers: message.contacts.map(c => c.identifier) })
     if (result.duplicateKeyIndexes.length > 0) {
       // A concurrent load inserted the same identifier between plan and apply; replaying the
       // (idempotent) plan on redelivery turns the insert into a no-op upsert match.

@@ -9,6 +9,8 @@ import { CompiledReport } from './metrics.js'
 import { parseExecuteReportQuery, parseSessionsDetailQuery } from './params.js'
 import { SESSION_RECORDS, SessionRecorder, type SessionRecordDoc } from './session-records.js'
 import { sessionsDetail } from './sessions-detail.js'
+import { SLOT_COUNTS, SLOT_STATS, type SlotCountDoc, type SlotStatsDoc } from './slots.js'
+import { SlotMigration } from './slot-migration.js'
 
 export { SessionRecorder, type SessionRecordDoc, type SessionStatus, SESSION_RECORDS } from './session-records.js'
 export { loadDefinitions, parseDefinitions, type ReportDefinition, type MetricDefinition } from './definitions.js'
@@ -34,6 +36,13 @@ export function createReports(platform: Platform, options: ReportsOptions = {}):
   const compiled = new Map([...definitions].map(([id, d]) => [id, new CompiledReport(d)]))
   const records = platform.store.collection<SessionRecordDoc>(SESSION_RECORDS)
   const recorder = new SessionRecorder(platform.store)
+  const migration = new SlotMigration(recorder, platform.logger)
+  const sources = {
+    records,
+    counts: platform.store.collection<SlotCountDoc>(SLOT_COUNTS),
+    stats: platform.store.collection<SlotStatsDoc>(SLOT_STATS),
+    slotsReady: () => migration.ready(),
+  }
 
   const visible = (id: string, accountId: string) => {
     const report = compiled.get(id)
@@ -52,7 +61,7 @@ export function createReports(platform: Platform, options: ReportsOptions = {}):
       responses: { '200': { description: 'A page of session rows', schema: 'reports.sessionsDetail.page' }, ...ERRORS },
       async handle(ctx) {
         const q = parseSessionsDetailQuery(ctx.query)
-        return { status: 200, body: await sessionsDetail(records, platform.clock, ctx.principal.accountId, q) }
+        return { status: 200, body: await sessionsDetail(sources, platform.clock, ctx.principal.accountId, q) }
       },
     },
     {
@@ -71,7 +80,7 @@ export function createReports(platform: Platform, options: ReportsOptions = {}):
         const report = visible(ctx.params.reportId ?? '', ctx.principal.accountId)
         if (!report) throw new ApiError(404, 'REPORT_NOT_FOUND', `Report "${ctx.params.reportId}" not found`, { reportId: ctx.params.reportId })
         const q = parseExecuteReportQuery(ctx.query)
-        return { status: 200, body: await executeReport(records, report, ctx.principal.accountId, q) }
+        return { status: 200, body: await executeReport(sources, report, ctx.principal.accountId, q) }
       },
     },
     {
@@ -93,7 +102,10 @@ export function createReports(platform: Platform, options: ReportsOptions = {}):
   return {
     name: 'reports',
     routes,
-    start: () => recorder.ensureIndexes(),
-    stop: async () => {},
+    start: async () => {
+      await recorder.ensureIndexes()
+      await migration.start()
+    },
+    stop: () => migration.stop(),
   }
 }

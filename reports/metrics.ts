@@ -13,6 +13,7 @@
 //   value: a real observed value, never below the exact percentile and at most ~1% above it
 //   (bins are e^0.01 wide; values below ~100 ms get a bin each, so they are exact).
 import type { MetricDefinition, ReportDefinition } from './definitions.js'
+import { cellWhere, type SlotCell } from './slots.js'
 
 export const BIN_SCALE = 100
 
@@ -23,6 +24,7 @@ export interface HistogramSpec {
   field: string
   /** Query-language filter (for `$match`). */
   filter: Record<string, unknown>
+  where: MetricDefinition['where']
 }
 
 type Bins = Map<number, { n: number; max: number }>
@@ -60,6 +62,7 @@ export class CompiledReport {
   /** `$group` accumulators of the main group (without `_id`). */
   readonly accumulators: Record<string, Expression> = { n: { $sum: 1 } }
   private readonly metrics: [string, MetricDefinition][]
+  private readonly cellPlans = new Map<string, { values: [string, MetricDefinition['op'], string, string][]; histograms: (readonly [string, string])[] }>()
 
   constructor(readonly definition: ReportDefinition) {
     this.metrics = Object.entries(definition.metrics)
@@ -82,7 +85,7 @@ export class CompiledReport {
           break
         case 'percentile': {
           const id = JSON.stringify([f, metric.where ?? null])
-          if (!this.histograms.some(h => h.id === id)) this.histograms.push({ id, field: f!, filter: whereFilter(metric.where) })
+          if (!this.histograms.some(h => h.id === id)) this.histograms.push({ id, field: f!, filter: whereFilter(metric.where), where: metric.where })
           break
         }
         case 'count':
@@ -160,6 +163,65 @@ export class CompiledReport {
     }
   }
 
+  /**
+   * Adds one cell of a stats block (slots.ts; `key` holds its where-values) into a bucket: the
+   * same sums, counts, min, max and bins the record pipelines produce for its sessions.
+   */
+  mergeCell(state: BucketState, key: string, cell: SlotCell) {
+    const plan = this.cellPlan(key)
+    for (const [name, op, sum, count] of plan.values) {
+      const current = state.values[name]
+      switch (op) {
+        case 'count':
+          state.values[name] = (current as number) + (cell.n ?? 0)
+          break
+        case 'sum':
+          state.values[name] = (current as number) + (cell[sum] ?? 0)
+          break
+        case 'avg': {
+          const [s, n] = current as [number, number]
+          state.values[name] = [s + (cell[sum] ?? 0), n + (cell[count] ?? 0)]
+          break
+        }
+        case 'min':
+        case 'max': {
+          const value = cell[sum]
+          if (value === undefined) break
+          const c = current as number | null
+          state.values[name] = c === null ? value : op === 'min' ? Math.min(c, value) : Math.max(c, value)
+          break
+        }
+      }
+    }
+    for (const [id, field] of plan.histograms) {
+      const prefix = `h_${field}_`
+      for (const name in cell) {
+        if (!name.startsWith(prefix)) continue
+        const bin = name.slice(prefix.length)
+        this.mergeBin(state, id, Number(bin), cell[name]!, cell[`x_${field}_${bin}`] ?? 0)
+      }
+    }
+  }
+
+  /** Per cell key (its where-values): the metrics and histograms it feeds, and from which fields. */
+  private cellPlan(key: string) {
+    let plan = this.cellPlans.get(key)
+    if (plan) return plan
+    const w = cellWhere(key)
+    const values: [string, MetricDefinition['op'], string, string][] = []
+    for (const [name, metric] of this.metrics) {
+      if (metric.op === 'percentile' || metric.op === 'ratio' || !cellMatches(metric.where, w)) continue
+      const f = metric.field
+      const source = metric.op === 'min' ? `mn_${f}` : metric.op === 'max' ? `mx_${f}` : `s_${f}`
+      values.push([name, metric.op, source, `c_${f}`])
+    }
+    const histograms = this.histograms.filter(spec => cellMatches(spec.where, w)).map(spec => [spec.id, spec.field] as const)
+    plan = { values, histograms }
+    if (this.cellPlans.size > 10_000) this.cellPlans.clear()
+    this.cellPlans.set(key, plan)
+    return plan
+  }
+
   mergeBin(state: BucketState, histogram: string, bin: number, n: number, max: number) {
     const bins = state.histograms[histogram]!
     const entry = bins.get(bin)
@@ -190,6 +252,14 @@ export class CompiledReport {
     }
     return out
   }
+}
+
+function cellMatches(where: MetricDefinition['where'], w: ReturnType<typeof cellWhere>): boolean {
+  if (!where) return true
+  return Object.entries(where).every(([field, wanted]) => {
+    const value = w[field as keyof typeof w] ?? null
+    return Array.isArray(wanted) ? wanted.includes(value as string) : wanted === value
+  })
 }
 
 /** Nearest-rank percentile over merged bins: the largest value of the bin holding the rank. */

@@ -4,6 +4,7 @@ import { ApiError, conflict, notFound } from '../../gateway/errors.js'
 import type { Platform } from '../../platform/index.js'
 import type { Collection } from '../../platform/store/index.js'
 import { COLLECTIONS, type ContactDoc } from '../collections.js'
+import { ActiveContacts } from '../active-contacts.js'
 import type { BatchDoc } from '../batches.js'
 import { contactView } from '../contacts.js'
 import type { Attempts } from '../attempts.js'
@@ -24,10 +25,12 @@ export const emptyProgress = (): BatchProgress => ({ pending: 0, inProgress: 0, 
 
 export class ContactControl {
   private readonly contacts: Collection<ContactDoc>
+  private readonly active: ActiveContacts
   private readonly blocked: Collection<{ _id: string; accountId: string; addressType: string; address: string }>
 
   constructor(private readonly platform: Platform, private readonly attempts: Attempts) {
     this.contacts = platform.store.collection<ContactDoc>(COLLECTIONS.contacts)
+    this.active = new ActiveContacts(platform.store)
     this.blocked = platform.store.collection(COLLECTIONS.blocked)
   }
 
@@ -84,7 +87,10 @@ export class ContactControl {
       { $set: { scheduledAt: new Date(at), nextAttemptAt: new Date(at), state: 'pending', doneReason: null, lastSkipReason: null, updatedAt: new Date(now) } },
       { returnDocument: 'after' },
     )
-    if (doc) return this.describe(batch, doc)
+    if (doc) {
+      await this.active.reconcile(batch.accountId, { ids: [doc._id] })
+      return this.describe(batch, doc)
+    }
     const current = await this.find(batch, contactId)
     throw conflict('CONTACT_IN_PROGRESS', 'The contact is being dialed now; reschedule it once the attempt has ended', { state: current.state })
   }
@@ -97,7 +103,10 @@ export class ContactControl {
       { $set: { state: 'cancelled', updatedAt: now } },
       { returnDocument: 'after' },
     )
-    if (doc) return this.describe(batch, doc)
+    if (doc) {
+      await this.active.reconcile(batch.accountId, { ids: [doc._id] })
+      return this.describe(batch, doc)
+    }
     const current = await this.find(batch, contactId)
     throw conflict('CONTACT_DONE', 'The contact is already done; there is nothing left to cancel', { state: current.state })
   }

@@ -23,6 +23,7 @@ import type { Platform } from '../../platform/index.js'
 import type { Collection } from '../../platform/store/index.js'
 import { newId } from '../../platform/ids.js'
 import { COLLECTIONS, type AddressDoc, type ContactDoc } from '../collections.js'
+import { ActiveContacts } from '../active-contacts.js'
 import type { BatchDoc } from '../batches.js'
 import type { BatchLog } from '../batch-log.js'
 import type { Attempts } from '../attempts.js'
@@ -45,6 +46,7 @@ export interface CycleReport {
 
 export class Scheduler {
   private readonly contacts: Collection<ContactDoc>
+  private readonly active: ActiveContacts
   private readonly batchDocs: Collection<BatchDoc>
   private readonly operations: Collection
   private readonly blocked: Collection<{ _id: string; accountId: string; addressType: string; address: string }>
@@ -59,6 +61,7 @@ export class Scheduler {
     readonly workerId: string = `scheduler-${newId()}`,
   ) {
     this.contacts = platform.store.collection<ContactDoc>(COLLECTIONS.contacts)
+    this.active = new ActiveContacts(platform.store)
     this.batchDocs = platform.store.collection<BatchDoc>(COLLECTIONS.batches)
     this.operations = platform.store.collection(COLLECTIONS.operations)
     this.blocked = platform.store.collection(COLLECTIONS.blocked)
@@ -238,6 +241,7 @@ export class Scheduler {
     const at = new Date(now)
     if (reason === 'blocked' || reason === 'attempts_exhausted') {
       await this.contacts.updateOne(guard, { $set: { state: 'done', doneReason: reason, lastSkipReason: reason, updatedAt: at } })
+      await this.active.reconcile(contact.accountId, { ids: [contact._id] })
       return
     }
     const next = nextEligibleAt ?? now + NO_WINDOW_RECHECK_MS
@@ -321,6 +325,8 @@ export class Scheduler {
     if (settled.matchedCount === 0) {
       await this.contacts.updateOne({ _id: contact._id }, { $inc: inc, $set: { updatedAt: at } })
       await this.contacts.updateOne({ _id: contact._id, claimedBy: this.workerId }, { $set: { claimedBy: null, claimedAt: null } })
+    } else if (next.state !== 'pending') {
+      await this.active.reconcile(contact.accountId, { ids: [contact._id] })
     }
   }
 

@@ -46,12 +46,12 @@ export function getPath(doc: Record<string, any>, path: string, stopAtArrays = f
 }
 
 /**
- * $set / $unset / $inc on plain paths, applied directly: mingo's updater rebuilds its operator
+ * $set / $unset / $inc (and $min / $max of numbers) on plain paths, applied directly: mingo's updater rebuilds its operator
  * context on every call (~1 ms), which dominates bulk upserts. Anything else goes to mingo.
  * Returns whether the document changed, or undefined when the update needs mingo.
  */
 export function applySimpleUpdate(doc: Record<string, any>, update: Update): boolean | undefined {
-  if (Object.keys(update).some(op => op !== '$set' && op !== '$unset' && op !== '$inc')) return undefined
+  if (Object.keys(update).some(op => op !== '$set' && op !== '$unset' && op !== '$inc' && op !== '$min' && op !== '$max')) return undefined
   let changed = false
   const parentOf = (path: string, create: boolean): [Record<string, any>, string] | undefined => {
     const parts = path.split('.')
@@ -90,6 +90,23 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update): boo
     if (typeof current !== 'number') return undefined
     target[0][target[1]] = current + by
     if (by !== 0 || !(target[1] in target[0])) changed = true
+  }
+  // $min / $max of numbers (report blocks keep extremes this way); other operands go to mingo.
+  for (const op of ['$min', '$max'] as const) {
+    for (const [path, value] of Object.entries(update[op] ?? {})) {
+      const target = parentOf(path, true)
+      if (!target || typeof value !== 'number') return undefined
+      const current = target[0][target[1]]
+      if (current === undefined || (current === null && op === '$max')) {
+        target[0][target[1]] = value
+        changed = true
+      } else if (current === null) continue // null sorts below numbers (mongod's order)
+      else if (typeof current !== 'number') return undefined
+      else if (op === '$min' ? value < current : value > current) {
+        target[0][target[1]] = value
+        changed = true
+      }
+    }
   }
   return changed
 }

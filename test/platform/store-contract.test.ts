@@ -315,6 +315,25 @@ for (const kind of ['memory', 'lmdb', 'mongo'] as const) {
       t.equal(await c.countDocuments({ name: 'anon' }), 1)
     })
 
+    t.test('updateOne upsert: a report block ($inc, $min, $max, $set on nested paths)', async t => {
+      const [c] = fresh('blocks')
+      const cell = 'e._completed|~'
+      const add = (v: number) => ({
+        $setOnInsert: { accountId: 'acme', level: 0 },
+        $inc: { [`${cell}.n`]: 1, [`${cell}.s_duration`]: v, [`${cell}.h_duration.b${v % 2}`]: 1 },
+        $min: { [`${cell}.mn_duration`]: v },
+        $max: { [`${cell}.mx_duration`]: v, [`${cell}.x_duration.b${v % 2}`]: v },
+        $set: { [`${cell}.w`]: { status: 'completed', agent_id: null } },
+      })
+      t.equal((await c.updateOne({ _id: 'block' }, add(7), { upsert: true })).upsertedId, 'block')
+      t.same(await c.updateOne({ _id: 'block' }, add(3), { upsert: true }), { matchedCount: 1, modifiedCount: 1, upsertedId: null })
+      await c.updateOne({ _id: 'block' }, add(5), { upsert: true })
+      t.same(await c.findOne({ _id: 'block' }), {
+        _id: 'block', accountId: 'acme', level: 0,
+        e: { '_completed|~': { n: 3, s_duration: 15, h_duration: { b1: 3 }, mn_duration: 3, mx_duration: 7, x_duration: { b1: 7 }, w: { status: 'completed', agent_id: null } } },
+      })
+    })
+
     t.test('updateMany counts', async t => {
       const [c] = fresh('update_many')
       await c.insertMany([

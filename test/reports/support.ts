@@ -1,6 +1,7 @@
-// Seeding helpers for the report tests: session records written straight into the store, in the
-// shape SessionRecorder writes (the engine's writer is tested on its own in records.test.ts).
-import { SESSION_RECORDS, type SessionRecordDoc, type SessionStatus } from '../../reports/index.js'
+// Seeding helpers for the report tests: whole session records written through
+// SessionRecorder.insert (the records plus their pre-aggregated blocks, as if each session had
+// been opened and closed by the engine, whose writer is tested on its own in records.test.ts).
+import { SessionRecorder, type SessionRecordDoc, type SessionStatus } from '../../reports/index.js'
 import type { Store } from '../../platform/store/index.js'
 
 export const SD = '/engine/v1/api/reports/sessions-detail'
@@ -34,8 +35,8 @@ export function sessionRecord(r: Partial<SessionRecordDoc> & { start_time: numbe
 }
 
 export async function seed(store: Store, records: SessionRecordDoc[]) {
-  const r = await store.collection<SessionRecordDoc>(SESSION_RECORDS).insertMany(records)
-  if (r.insertedCount !== records.length) throw new Error(`seeded ${r.insertedCount} of ${records.length}`)
+  const inserted = await new SessionRecorder(store).insert(records)
+  if (inserted !== records.length) throw new Error(`seeded ${inserted} of ${records.length}`)
 }
 
 export const query = (params: Record<string, string | number | undefined>) =>

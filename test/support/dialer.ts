@@ -55,11 +55,11 @@ export const stopBatch = (base: string, batchId: string, key: string = KEYS.acme
  * A service whose scheduler runs only when a test calls `cycle()` (one cycle, then its attempts
  * drained), on a manual clock, with a zero-latency simulated provider.
  */
-export async function startDialingService(t: Parameters<typeof startTestService>[0], store: StoreKind) {
+export async function startDialingService(t: Parameters<typeof startTestService>[0], store: StoreKind, env: Record<string, string> = {}) {
   // Monday 2036-03-03 09:00Z: ahead of the real date, because the MongoDB test server expires
   // TTL documents (operations) by its own clock, not ours.
   const clock = new ManualClock('2036-03-03T09:00:00Z')
-  const started = await startTestService(t, { store, clock, env: { DIALER_CYCLE_MS: '0', DIALER_SIM_LATENCY_MS: '0' } })
+  const started = await startTestService(t, { store, clock, env: { DIALER_CYCLE_MS: '0', DIALER_SIM_LATENCY_MS: '0', ...env } })
   const scheduler = schedulerOf(started.service.platform)
   const cycle = async (s: Scheduler = scheduler) => {
     const report = await s.runCycle()
