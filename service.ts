@@ -106,6 +106,8 @@ export async function startService(config: Config, overrides: ServiceOverrides =
             modules: modules.map(m => m.name),
             dialerWorkers,
             ...(engine?.node ? { engineNode: engine.node.nodeId } : {}),
+            // Sessions whose write-behind was given up on (they go on, unpersisted): see the log.
+            ...(engine?.host ? { sessions: { live: engine.host.liveCount(), unpersisted: engine.host.writeBehind.unpersistedSessions() } } : {}),
           },
         }
       },

@@ -30,7 +30,7 @@ import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
 import { RecordWriter } from './record-writer.js'
 import { SessionStore, type SnapshotWrite } from './session-store.js'
-import { SessionWriter } from './session-writer.js'
+import { SessionWriter, WriteBehind } from './session-writer.js'
 import type { ConversationMessage } from './types.js'
 
 interface LiveSession {
@@ -41,6 +41,7 @@ interface LiveSession {
   listeners: Set<TransportListener>
   /** Seq of the last event published (the SSE id of the session's streams). */
   eventSeq: number
+  /** Consumer ids known to the session, least recently used first (bounded: ENGINE_MAX_CONSUMERS_PER_SESSION). */
   consumers: Set<string>
   /** Its history, snapshot and report record on their way to the store. */
   writer: SessionWriter
@@ -66,6 +67,8 @@ export interface HostOptions {
   events?: EventLog
   /** A user message is acknowledged only once its history entry is written (survives a node's death). */
   durableAcks?: boolean
+  /** Batch size and retry policy of the write-behind (defaults in engine/session-writer.ts). */
+  writeBehind?: { batch?: number; maxAttempts?: number; retryMs?: number }
 }
 
 /** Ownership of sessions across engine nodes; see engine/ownership.ts. */
@@ -88,11 +91,21 @@ export class SessionHost {
   private stopped = false
   private readonly cleanups = new Set<Promise<void>>()
   readonly events: EventLog
+  /** Every live session's history and snapshot writes, batched off the turn's path. */
+  readonly writeBehind: WriteBehind
 
   constructor(private readonly options: HostOptions) {
     const { store } = options.platform
     this.events = options.events ?? new MemoryEventLog(options.platform.config.channel.replayBufferEvents)
     this.store = new SessionStore(store)
+    this.writeBehind = new WriteBehind({
+      store: this.store,
+      logger: options.platform.logger,
+      metrics: options.platform.metrics,
+      fenced: !!options.leases,
+      stopping: () => this.stopped,
+      ...options.writeBehind,
+    })
     this.slots = new CrewSlots(store)
     this.tools = new ToolRunner(options.crews, options.platform.clock, options.externalToolTimeoutMs)
     this.machine = sessionMachine.provide({
@@ -183,7 +196,7 @@ export class SessionHost {
       listeners: new Set(),
       eventSeq: 0,
       consumers: new Set(consumers),
-      writer: new SessionWriter(
+      writer: this.writeBehind.writer(
         {
           id,
           finished: () => live.finished,
@@ -191,13 +204,7 @@ export class SessionHost {
           fence: () => this.fenceOf(id),
           lost: why => this.drop(live, why),
         },
-        {
-          store: this.store,
-          records: new RecordWriter(this.options.recorder, id, this.options.platform.logger),
-          logger: this.options.platform.logger,
-          fenced: !!this.options.leases,
-          stopping: () => this.stopped,
-        },
+        new RecordWriter(this.options.recorder, id, this.options.platform.logger),
       ),
       idleTimer: null,
       toolTimers: new Map(),
@@ -274,15 +281,19 @@ export class SessionHost {
       case 'query.snapshot':
         return this.snapshotOf(live)
       case 'consumer.attach':
-        live.consumers.add(command.consumerId)
-        await this.store.addConsumer(live.id, command.consumerId)
+        await this.attachConsumer(live, command.consumerId)
         return { consumerId: command.consumerId }
       case 'user.message':
         if (!live.consumers.has(command.consumerId)) {
           throw new ApiError(400, 'UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
         }
+        touchConsumer(live, command.consumerId)
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
-        if (this.options.durableAcks) await live.writer.flushed()
+        if (this.options.durableAcks) {
+          await live.writer.flushed()
+          // Acknowledged only once written: a message whose write was given up on is not.
+          if (live.writer.unpersisted) throw new ApiError(503, 'SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { 'Retry-After': '5' })
+        }
         return { accepted: true, state: stateName(live.actor.getSnapshot()) }
       case 'admin.toolinject': {
         const { event, reply } = this.tools.inject(live.crew, command, at)
@@ -310,6 +321,22 @@ export class SessionHost {
         this.send(live, { ...command, at } as SessionEvent)
         return {}
     }
+  }
+
+  /**
+   * A consumer id joins the session (or is used again). Ids are bounded per session: past
+   * ENGINE_MAX_CONSUMERS_PER_SESSION the least recently used is forgotten (its next message is
+   * refused as an unknown consumer; listening again makes it known again).
+   */
+  private async attachConsumer(live: LiveSession, consumerId: string) {
+    if (live.consumers.has(consumerId)) return touchConsumer(live, consumerId)
+    const max = this.options.platform.config.engine.maxConsumersPerSession
+    live.consumers.add(consumerId)
+    for (const oldest of live.consumers) {
+      if (live.consumers.size <= max) break
+      live.consumers.delete(oldest)
+    }
+    await this.store.addConsumer(live.id, consumerId, max)
   }
 
   /** Sends an event the machine accepts, or refuses it with 409. */
@@ -455,7 +482,7 @@ export class SessionHost {
     return {
       state: snapshot.value === 'paused' ? 'paused' : 'active',
       agentId: context.agentId,
-      snapshot: live.actor.getPersistedSnapshot(),
+      snapshot: JSON.stringify(live.actor.getPersistedSnapshot()),
       logPosition: context.seq,
       eventSeq: live.eventSeq,
       deadlines: { idle: context.idleDeadline, tools: context.pendingTools.flatMap(p => (p.deadline === undefined ? [] : [p.deadline])) },
@@ -484,6 +511,7 @@ export class SessionHost {
       }
       await this.store.deleteLog(live.id)
     })()
+      .finally(() => live.writer.closed())
       .catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
       .finally(() => this.options.leases?.unloaded(live.id, 'finished'))
     const cleanup = live.cleanup
@@ -584,7 +612,7 @@ export class SessionHost {
       Object.assign(context, { messages, summary: summarize(messages, context.agentId), replyOwed: true })
     }
     const actor = createActor(this.machine, { snapshot: persisted, input: { context: persisted.context } })
-    const live = this.register(sessionId, doc.accountId, crew, actor, doc.consumers)
+    const live = this.register(sessionId, doc.accountId, crew, actor, doc.consumers.slice(-this.options.platform.config.engine.maxConsumersPerSession))
     live.eventSeq = eventSeq
     actor.start()
     const lastSeq = after.at(-1)?.seq ?? 0
@@ -676,6 +704,12 @@ export class SessionHost {
   peek(sessionId: string): SessionSnapshot | undefined {
     return this.live.get(sessionId)?.actor.getSnapshot()
   }
+}
+
+/** Most recently used last (a Set keeps insertion order). */
+function touchConsumer(live: LiveSession, consumerId: string) {
+  live.consumers.delete(consumerId)
+  live.consumers.add(consumerId)
 }
 
 const isGenerating = (snapshot: SessionSnapshot) => snapshot.matches({ active: 'generating' })

@@ -62,6 +62,8 @@ export interface Config {
   channel: {
     heartbeatMs: number
     replayBufferEvents: number
+    /** In one process: bytes of serialised events kept per session for replay (the ring is also bounded by count and age). */
+    replayBufferBytes: number
     consumerBufferBytes: number
     /** How long a consumer without an open stream is kept for Last-Event-ID resumption. */
     consumerRetentionMs: number
@@ -84,6 +86,8 @@ export interface Config {
     drainTimeoutMs: number
     /** How often a session host closes orphans: sessions live in the store, on no node, past their idle deadline. */
     reaperIntervalMs: number
+    /** Consumer ids a session remembers (all gateways together); the least recently used is forgotten first. */
+    maxConsumersPerSession: number
   }
   crewsFile: string
   reportsFile: string
@@ -196,6 +200,7 @@ export function loadConfig(env: Env = process.env): Config {
     channel: {
       heartbeatMs: int(env, 'SSE_HEARTBEAT_MS', 30_000, 10),
       replayBufferEvents: int(env, 'SSE_REPLAY_BUFFER_EVENTS', 1000, 1),
+      replayBufferBytes: int(env, 'SSE_REPLAY_BUFFER_BYTES', 64 * 1024, 1024),
       consumerBufferBytes: int(env, 'SSE_CONSUMER_BUFFER_BYTES', 1024 * 1024, 1024),
       consumerRetentionMs: int(env, 'SSE_CONSUMER_RETENTION_MS', 5 * 60_000, 0),
       eventRetentionMs: int(env, 'SSE_EVENT_RETENTION_MS', 60 * 60_000, 1000),
@@ -209,6 +214,7 @@ export function loadConfig(env: Env = process.env): Config {
       requestTimeoutMs: int(env, 'ENGINE_REQUEST_TIMEOUT_MS', 15_000, 100),
       drainTimeoutMs: int(env, 'ENGINE_DRAIN_TIMEOUT_MS', 10_000, 0),
       reaperIntervalMs: int(env, 'ENGINE_REAPER_INTERVAL_MS', 60_000, 10),
+      maxConsumersPerSession: int(env, 'ENGINE_MAX_CONSUMERS_PER_SESSION', 64, 1),
     },
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',

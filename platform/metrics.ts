@@ -13,6 +13,8 @@ export interface Metrics {
   sseClientDisconnects: Counter
   sseSlowConsumersDropped: Counter
   sessionsLive: Gauge<'crew'>
+  sessionPersistenceFailures: Counter
+  sessionsUnpersisted: Gauge
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -67,6 +69,16 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       name: 'switchboard_sessions_live',
       help: 'Live assistant sessions hosted by this process, by crew',
       labelNames: ['crew'],
+      registers,
+    }),
+    sessionPersistenceFailures: new Counter({
+      name: 'switchboard_session_persistence_failures_total',
+      help: 'Sessions whose write-behind was given up on (retries exhausted, or a value that cannot be encoded)',
+      registers,
+    }),
+    sessionsUnpersisted: new Gauge({
+      name: 'switchboard_sessions_unpersisted',
+      help: 'Live sessions whose last writes failed and were given up on (retried on their next change)',
       registers,
     }),
   }
