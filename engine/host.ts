@@ -12,6 +12,9 @@ import type { CrewCatalog, Crew } from './crews.js'
 import { CrewSlots } from './crew-slots.js'
 import {
   assertCan,
+  CONTEXT_WINDOW_BYTES,
+  CONTEXT_WINDOW_MESSAGES,
+  digestFor,
   IllegalMoveError,
   openingOf,
   sessionMachine,
@@ -25,7 +28,7 @@ import {
 } from './machine.js'
 import { ToolRunner, type RequestedCall } from './tools.js'
 import type { AssistantProvider } from './providers/types.js'
-import { summarize } from './conversation.js'
+import { digestAdd, recentWindow, summarizeDigest } from './conversation.js'
 import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
 import { RecordWriter } from './record-writer.js'
@@ -558,7 +561,9 @@ export class SessionHost {
             context: { ...c.arguments, ResumenConversacion: c.summary },
           },
           memory: {
+            // The recent window the assistant works with; the whole conversation is GET /history.
             messages: c.messages.map(m => ({ ...m, at: new Date(m.at).toISOString() })),
+            messagesTotal: digestFor(c.digest, c.messages).total,
             pendingTools: c.pendingTools.map(p => ({ ...p, deadline: p.deadline === undefined ? undefined : new Date(p.deadline).toISOString() })),
             replyOwed: c.replyOwed,
           },
@@ -605,11 +610,10 @@ export class SessionHost {
     const orphans = after.filter(e => e.type === 'message.user')
     if (orphans.length) {
       const context = persisted.context as SessionContext
-      const messages: ConversationMessage[] = [
-        ...context.messages,
-        ...orphans.map(e => ({ id: `m${e.seq}`, author: 'user' as const, text: String(e.text), source: 'user' as const, at: e.at })),
-      ]
-      Object.assign(context, { messages, summary: summarize(messages, context.agentId), replyOwed: true })
+      const added: ConversationMessage[] = orphans.map(e => ({ id: `m${e.seq}`, author: 'user' as const, text: String(e.text), source: 'user' as const, at: e.at }))
+      const digest = added.reduce(digestAdd, digestFor(context.digest, context.messages))
+      const messages = recentWindow([...context.messages, ...added], CONTEXT_WINDOW_MESSAGES, CONTEXT_WINDOW_BYTES)
+      Object.assign(context, { messages, digest, summary: summarizeDigest(digest, context.agentId), replyOwed: true })
     }
     const actor = createActor(this.machine, { snapshot: persisted, input: { context: persisted.context } })
     const live = this.register(sessionId, doc.accountId, crew, actor, doc.consumers.slice(-this.options.platform.config.engine.maxConsumersPerSession))

@@ -266,6 +266,10 @@ process.on('message', (m: any) => {
       process.send!({ type: 'reset' })
     })
   }
+  if (m?.type === 'heapsnapshot') {
+    ;(globalThis as any).gc?.()
+    void import('node:v8').then(v8 => process.send!({ type: 'heapsnapshot', file: v8.writeHeapSnapshot(m.file) }))
+  }
   if (m?.type === 'peek') process.send!({ type: 'peek', stats: stats() })
   if (m?.type === 'stats') {
     const measured = { ...stats(), ...extraStats() }
