@@ -99,7 +99,10 @@ export class SessionHost {
 
   constructor(private readonly options: HostOptions) {
     const { store } = options.platform
-    this.events = options.events ?? new MemoryEventLog(options.platform.config.channel.replayBufferEvents)
+    const { channel } = options.platform.config
+    this.events =
+      options.events ??
+      new MemoryEventLog({ events: channel.replayBufferEvents, bytes: channel.replayBufferBytes, maxAgeMs: channel.eventRetentionMs })
     this.store = new SessionStore(store)
     this.writeBehind = new WriteBehind({
       store: this.store,

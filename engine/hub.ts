@@ -12,7 +12,7 @@ import type { StreamSink } from '../gateway/routes.js'
 import { eventBody, SseStream } from '../gateway/sse.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
-import { isNewer } from './event-log.js'
+import { bodyOf, isNewer } from './event-log.js'
 import type { CreateSessionRequest, SessionTarget, SessionTransport, Subscription, TransportEvent } from './transport.js'
 
 export interface HubOptions {
@@ -135,7 +135,7 @@ export class ChannelHub {
     for (const event of missed) {
       if (event.kind !== 'event' || event.seq <= consumer.position || event.seq > feed.position.seq) continue
       consumer.position = event.seq
-      if (!stream.send(event.seq, eventBody(event.name, event.data))) return this.dropSlow(feed, consumer)
+      if (!stream.send(event.seq, bodyOf(event))) return this.dropSlow(feed, consumer)
     }
   }
 
@@ -263,8 +263,8 @@ export class ChannelHub {
       if (this.feeds.get(feed.sessionId) === feed) this.feeds.delete(feed.sessionId)
       return
     }
-    // Serialised once; each consumer only prefixes the id.
-    const body = eventBody(event.name, event.data)
+    // Serialised once (and kept so by the session's ring); each consumer only prefixes the id.
+    const body = bodyOf(event)
     for (const consumer of feed.consumers.values()) this.write(feed, consumer, event.seq, body)
   }
 

@@ -200,7 +200,7 @@ export function loadConfig(env: Env = process.env): Config {
     channel: {
       heartbeatMs: int(env, 'SSE_HEARTBEAT_MS', 30_000, 10),
       replayBufferEvents: int(env, 'SSE_REPLAY_BUFFER_EVENTS', 1000, 1),
-      replayBufferBytes: int(env, 'SSE_REPLAY_BUFFER_BYTES', 64 * 1024, 1024),
+      replayBufferBytes: int(env, 'SSE_REPLAY_BUFFER_BYTES', 32 * 1024, 1024),
       consumerBufferBytes: int(env, 'SSE_CONSUMER_BUFFER_BYTES', 1024 * 1024, 1024),
       consumerRetentionMs: int(env, 'SSE_CONSUMER_RETENTION_MS', 5 * 60_000, 0),
       eventRetentionMs: int(env, 'SSE_EVENT_RETENTION_MS', 60 * 60_000, 1000),
