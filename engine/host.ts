@@ -40,7 +40,19 @@ interface LiveSession {
   id: string
   accountId: string
   crew: Crew
-  actor: Actor<typeof sessionMachine>
+  /**
+   * The session's actor; null while hibernated: a session quiet for ENGINE_HIBERNATE_AFTER_MS
+   * (idle or paused, nothing pending, everything written) lets its actor go and is woken from
+   * its persisted snapshot by its next command (or its idle deadline). Its streams stay open.
+   */
+  actor: Actor<typeof sessionMachine> | null
+  /** Set while the actor is being woken. */
+  waking: Promise<void> | null
+  /** Commands in progress (a pinned session is not hibernated). */
+  pins: number
+  /** When it last became quiet (0: busy); the hibernation queue checks it. */
+  quietSince: number
+  unbind: (() => void) | null
   listeners: Set<TransportListener>
   /** Seq of the last event published (the SSE id of the session's streams). */
   eventSeq: number
@@ -70,6 +82,8 @@ export interface HostOptions {
   events?: EventLog
   /** A user message is acknowledged only once its history entry is written (survives a node's death). */
   durableAcks?: boolean
+  /** Overrides ENGINE_HIBERNATE_AFTER_MS (0: never). */
+  hibernateAfterMs?: number
   /** Batch size and retry policy of the write-behind (defaults in engine/session-writer.ts). */
   writeBehind?: { batch?: number; maxAttempts?: number; retryMs?: number }
 }
@@ -96,6 +110,11 @@ export class SessionHost {
   readonly events: EventLog
   /** Every live session's history and snapshot writes, batched off the turn's path. */
   readonly writeBehind: WriteBehind
+  /** Quiet sessions in the order they became quiet, for hibernation (stale entries are skipped). */
+  private quiet: { live: LiveSession; since: number }[] = []
+  private quietHead = 0
+  private hibernation: NodeJS.Timeout | null = null
+  private hibernating = false
 
   constructor(private readonly options: HostOptions) {
     const { store } = options.platform
@@ -129,6 +148,15 @@ export class SessionHost {
   async init() {
     await this.store.ensureIndexes()
     await this.options.recorder.ensureIndexes()
+    const after = this.hibernateAfterMs
+    if (after > 0) {
+      this.hibernation = setInterval(() => this.hibernateQuiet(), Math.max(50, Math.min(1000, after / 4)))
+      this.hibernation.unref()
+    }
+  }
+
+  private get hibernateAfterMs() {
+    return this.options.hibernateAfterMs ?? this.options.platform.config.engine.hibernateAfterMs
   }
 
   liveCount() {
@@ -198,7 +226,11 @@ export class SessionHost {
       id,
       accountId,
       crew,
-      actor,
+      actor: null,
+      waking: null,
+      pins: 0,
+      quietSince: 0,
+      unbind: null,
       listeners: new Set(),
       eventSeq: 0,
       consumers: new Set(consumers),
@@ -217,35 +249,141 @@ export class SessionHost {
       finished: false,
       cleanup: null,
     }
-    actor.on('log', ({ entry }) => live.writer.append(entry))
-    actor.on('publish', ({ event }) => this.emit(live, { kind: 'event', ...event }))
-    actor.subscribe({
-      next: snapshot => {
-        if (snapshot.status === 'done') this.finish(live)
-        else if (!isGenerating(snapshot)) live.writer.turnEnded()
-      },
-      error: error => {
-        this.options.platform.logger.error('session actor failed', { sessionId: id, error })
-        this.finish(live)
-      },
-    })
+    this.bind(live, actor)
     this.live.set(id, live)
     this.options.platform.metrics.sessionsLive.inc({ crew: crew.id })
     return live
   }
 
+  /** Makes `actor` the session's actor (at creation, restore or wake-up). */
+  private bind(live: LiveSession, actor: Actor<typeof sessionMachine>) {
+    const log = actor.on('log', ({ entry }) => live.writer.append(entry))
+    const publish = actor.on('publish', ({ event }) => this.emit(live, { kind: 'event', ...event }))
+    const states = actor.subscribe({
+      next: snapshot => {
+        if (snapshot.status === 'done') this.finish(live)
+        else if (!isGenerating(snapshot)) {
+          live.writer.turnEnded()
+          if (live.pins === 0 && isQuiet(snapshot)) this.noteQuiet(live)
+        }
+      },
+      error: error => {
+        this.options.platform.logger.error('session actor failed', { sessionId: live.id, error })
+        this.finish(live)
+      },
+    })
+    live.actor = actor
+    live.unbind = () => {
+      log.unsubscribe()
+      publish.unsubscribe()
+      states.unsubscribe()
+    }
+  }
+
+  /** The session's actor; a hibernated session must be woken first (obtain() does). */
+  private awake(live: LiveSession): Actor<typeof sessionMachine> {
+    if (!live.actor) throw new Error(`session ${live.id} is hibernated`)
+    return live.actor
+  }
+
+  // ---------------------------------------------------------------- hibernation
+
+  /** The session is between turns with nothing pending: a candidate for hibernation. */
+  private noteQuiet(live: LiveSession) {
+    if (this.hibernateAfterMs <= 0 || live.finished || !live.actor || live.quietSince) return
+    if (!isQuiet(live.actor.getSnapshot())) return
+    live.quietSince = this.now
+    this.quiet.push({ live, since: live.quietSince })
+  }
+
+  /** Hibernates sessions quiet for long enough: a bounded number per macrotask, oldest first. */
+  private hibernateQuiet() {
+    if (this.hibernating || this.stopped) return
+    this.hibernating = true
+    const due = this.now - this.hibernateAfterMs
+    const slice = () => {
+      let n = 0
+      while (this.quietHead < this.quiet.length && n < 200) {
+        const { live, since } = this.quiet[this.quietHead]!
+        if (since > due) break
+        this.quietHead++
+        n++
+        if (live.quietSince !== since || live.finished || !live.actor) continue
+        if (!isQuiet(live.actor.getSnapshot())) {
+          live.quietSince = 0 // busy again: noted when it is quiet next
+          continue
+        }
+        if (live.pins > 0 || !live.writer.quiet()) {
+          // Still writing: looked at again later.
+          live.quietSince = 0
+          this.noteQuiet(live)
+          continue
+        }
+        this.hibernate(live)
+      }
+      if (this.quietHead > 1024 && this.quietHead * 2 > this.quiet.length) {
+        this.quiet = this.quiet.slice(this.quietHead)
+        this.quietHead = 0
+      }
+      if (n === 200) setImmediate(slice)
+      else this.hibernating = false
+    }
+    slice()
+  }
+
+  private hibernate(live: LiveSession) {
+    const actor = this.awake(live)
+    live.unbind?.()
+    live.unbind = null
+    live.actor = null
+    live.quietSince = 0
+    actor.stop()
+    this.options.platform.metrics.sessionsHibernated.inc()
+  }
+
+  /** The session leaves this node without ending: its actor stops (a hibernated one has none). */
+  private letGo(live: LiveSession) {
+    if (live.actor) {
+      live.unbind?.()
+      live.actor.stop()
+    } else {
+      this.options.platform.metrics.sessionsHibernated.dec()
+    }
+  }
+
+  /** Brings a hibernated session's actor back from its persisted snapshot. */
+  private wake(live: LiveSession): Promise<void> {
+    live.waking ??= (async () => {
+      const doc = await this.store.load(live.id)
+      if (live.actor || live.finished) return
+      if (!doc) {
+        // Gone from the store meanwhile (destroyed by another node): nothing to wake.
+        this.drop(live, 'not in the store any more')
+        return
+      }
+      const actor = createActor(this.machine, { snapshot: doc.snapshot, input: { context: doc.snapshot.context } })
+      this.bind(live, actor)
+      actor.start()
+      this.options.platform.metrics.sessionsHibernated.dec()
+    })().finally(() => (live.waking = null))
+    return live.waking
+  }
+
   // ---------------------------------------------------------------- commands
 
-  private async obtain(target: SessionTarget): Promise<LiveSession> {
+  /** The live session (restored here if needed, woken unless `wake` is false); 404 unless it lives for the account. */
+  private async obtain(target: SessionTarget, wake = true): Promise<LiveSession> {
     let live = this.live.get(target.sessionId) ?? null
     if (!live) live = await this.restore(target.sessionId)
     if (!live || live.finished || live.accountId !== target.accountId) throw notFound(target.sessionId)
+    if (wake && !live.actor) await this.wake(live)
+    if (live.finished) throw notFound(target.sessionId)
     return live
   }
 
   /** Restores the session here if needed; 404 unless it lives and belongs to the account. */
   async touch(target: SessionTarget): Promise<FeedSubscription['position']> {
-    return this.position(await this.obtain(target))
+    return this.position(await this.obtain(target, false))
   }
 
   private position(live: LiveSession) {
@@ -272,7 +410,7 @@ export class SessionHost {
   }
 
   async subscribe(target: SessionTarget, listener: TransportListener): Promise<FeedSubscription> {
-    const live = await this.obtain(target)
+    const live = await this.obtain(target, false)
     live.listeners.add(listener)
     return { unsubscribe: () => live.listeners.delete(listener), position: this.position(live) }
   }
@@ -280,6 +418,17 @@ export class SessionHost {
   async command(target: SessionTarget, command: SessionCommand): Promise<unknown> {
     if (this.stopped) throw new ApiError(503, 'SHUTTING_DOWN', 'The engine is shutting down; retry on another node')
     const live = await this.obtain(target)
+    live.pins++
+    live.quietSince = 0
+    try {
+      return await this.run(live, command)
+    } finally {
+      live.pins--
+      this.noteQuiet(live)
+    }
+  }
+
+  private async run(live: LiveSession, command: SessionCommand): Promise<unknown> {
     const at = this.now
     switch (command.type) {
       case 'query.history':
@@ -300,7 +449,7 @@ export class SessionHost {
           // Acknowledged only once written: a message whose write was given up on is not.
           if (live.writer.unpersisted) throw new ApiError(503, 'SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { 'Retry-After': '5' })
         }
-        return { accepted: true, state: stateName(live.actor.getSnapshot()) }
+        return { accepted: true, state: stateName(this.awake(live).getSnapshot()) }
       case 'admin.toolinject': {
         const { event, reply } = this.tools.inject(live.crew, command, at)
         this.send(live, event)
@@ -309,7 +458,7 @@ export class SessionHost {
       case 'external.resolve':
         return this.resolve(live, command, at)
       case 'admin.transfer': {
-        const context = live.actor.getSnapshot().context
+        const context = this.awake(live).getSnapshot().context
         if (!context.agents.includes(command.target)) {
           throw new ApiError(400, 'UNKNOWN_AGENT', `Agent ${command.target} is not an agent of crew ${context.crewId}`, { agents: context.agents })
         }
@@ -348,19 +497,19 @@ export class SessionHost {
   /** Sends an event the machine accepts, or refuses it with 409. */
   private send(live: LiveSession, event: SessionEvent) {
     try {
-      assertCan(live.actor.getSnapshot(), event)
+      assertCan(this.awake(live).getSnapshot(), event)
     } catch (error) {
       if (error instanceof IllegalMoveError) {
         throw new ApiError(409, 'INVALID_SESSION_STATE', error.message, { state: error.state, command: error.event })
       }
       throw error
     }
-    live.actor.send(event)
+    this.awake(live).send(event)
     this.afterEvent(live)
   }
 
   private resolve(live: LiveSession, command: Extract<SessionCommand, { type: 'external.resolve' }>, at: number) {
-    const context = live.actor.getSnapshot().context
+    const context = this.awake(live).getSnapshot().context
     const pending = context.pendingTools.find(p => p.correlationId === command.correlationId)
     if (!pending) {
       if (context.resolved.includes(command.correlationId)) {
@@ -422,10 +571,11 @@ export class SessionHost {
   // ---------------------------------------------------------------- after every event
 
   private afterEvent(live: LiveSession) {
-    if (live.finished) return
+    if (live.finished || !live.actor) return
     const snapshot = live.actor.getSnapshot()
     if (snapshot.status !== 'active') return
     this.armTimers(live, snapshot.context)
+    if (live.pins === 0) this.noteQuiet(live)
   }
 
   private armTimers(live: LiveSession, context: SessionContext) {
@@ -459,8 +609,16 @@ export class SessionHost {
   private expire(live: LiveSession) {
     live.idleTimer = null
     if (live.finished) return
+    if (!live.actor) {
+      this.wake(live).then(
+        () => this.expire(live),
+        error => this.options.platform.logger.error('hibernated session could not be woken to expire', { sessionId: live.id, error }),
+      )
+      return
+    }
     const event: SessionEvent = { type: 'session.expire', at: this.now }
-    if (live.actor.getSnapshot().can(event)) live.actor.send(event)
+    const actor = this.awake(live)
+    if (actor.getSnapshot().can(event)) actor.send(event)
     this.afterEvent(live)
   }
 
@@ -468,10 +626,11 @@ export class SessionHost {
     live.toolTimers.delete(correlationId)
     if (live.finished) return
     const event: SessionEvent = { type: 'tool.expire', correlationId, at: this.now }
-    if (live.actor.getSnapshot().can(event)) live.actor.send(event)
+    const actor = this.awake(live) // a session with pending tools is never hibernated
+    if (actor.getSnapshot().can(event)) actor.send(event)
     else {
       // Not due yet by the service clock: arm again for what is left.
-      const pending = live.actor.getSnapshot().context.pendingTools.find(p => p.correlationId === correlationId)
+      const pending = actor.getSnapshot().context.pendingTools.find(p => p.correlationId === correlationId)
       if (pending?.deadline !== undefined) live.toolTimers.set(correlationId, this.timer(pending.deadline, () => this.expireTool(live, correlationId)))
       return
     }
@@ -482,6 +641,8 @@ export class SessionHost {
 
   /** What the session's document keeps of it after a turn; undefined while a reply streams. */
   private snapshotWrite(live: LiveSession): SnapshotWrite | undefined {
+    // Hibernated: its snapshot was written before it was let go.
+    if (!live.actor) return undefined
     const snapshot = live.actor.getSnapshot()
     if (isGenerating(snapshot)) return undefined
     const context = snapshot.context
@@ -499,7 +660,7 @@ export class SessionHost {
   private finish(live: LiveSession) {
     if (live.finished) return
     live.finished = true
-    const context = live.actor.getSnapshot().context
+    const context = this.awake(live).getSnapshot().context
     if (live.idleTimer) clearTimeout(live.idleTimer.timer)
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
     this.emit(live, { kind: 'closed', reason: context.closeReason ?? 'destroyed' })
@@ -529,7 +690,7 @@ export class SessionHost {
     await live.writer.flushed()
     const page = await this.store.entriesAfter(live.id, after, limit + 1)
     const entries = page.slice(0, limit).map(entry => ({ ...entry, at: new Date(entry.at).toISOString() }))
-    const snapshot = live.actor.getSnapshot()
+    const snapshot = this.awake(live).getSnapshot()
     return {
       sessionId: live.id,
       state: stateName(snapshot),
@@ -540,7 +701,7 @@ export class SessionHost {
   }
 
   private snapshotOf(live: LiveSession) {
-    const snapshot = live.actor.getSnapshot()
+    const snapshot = this.awake(live).getSnapshot()
     const c = snapshot.context
     const state = stateName(snapshot)
     return {
@@ -631,6 +792,7 @@ export class SessionHost {
     if (orphans.length) {
       setImmediate(() => {
         const attend: SessionEvent = { type: 'admin.attend', userId: 'system:restore', at: this.now }
+        if (!live.actor) return
         const now = live.actor.getSnapshot()
         // Past its idle deadline it expires instead (a reaped orphan is not answered).
         if (live.finished || !now.matches({ active: 'idle' }) || !now.context.replyOwed || !now.can(attend) || now.context.idleDeadline <= attend.at) return
@@ -655,7 +817,7 @@ export class SessionHost {
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
     live.listeners.clear()
     live.writer.discard()
-    live.actor.stop()
+    this.letGo(live)
     if (this.live.get(live.id) === live) this.live.delete(live.id)
     this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
     this.options.leases?.unloaded(live.id, 'dropped')
@@ -677,7 +839,7 @@ export class SessionHost {
   async handOver(sessionId: string, timeoutMs: number): Promise<string | undefined> {
     const live = this.live.get(sessionId)
     if (!live || live.finished) return undefined
-    await settled(live.actor, timeoutMs)
+    if (live.actor) await settled(live.actor, timeoutMs)
     if (live.finished) return undefined
     if (live.idleTimer) clearTimeout(live.idleTimer.timer)
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
@@ -686,7 +848,7 @@ export class SessionHost {
     if (live.finished) return undefined
     live.finished = true
     live.listeners.clear()
-    live.actor.stop()
+    this.letGo(live)
     if (this.live.get(live.id) === live) this.live.delete(live.id)
     this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
     return live.accountId
@@ -695,12 +857,13 @@ export class SessionHost {
   /** Stops actors without destroying sessions: they stay persisted for a restore. */
   async stop() {
     this.stopped = true
+    if (this.hibernation) clearInterval(this.hibernation)
     for (const live of [...this.live.values()]) {
       if (live.idleTimer) clearTimeout(live.idleTimer.timer)
       for (const timer of live.toolTimers.values()) clearTimeout(timer)
       await live.writer.flushed()
       live.finished = true
-      live.actor.stop()
+      this.letGo(live)
       this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
     }
     this.live.clear()
@@ -709,7 +872,7 @@ export class SessionHost {
 
   /** For tests and the bench: the snapshot of a live session. */
   peek(sessionId: string): SessionSnapshot | undefined {
-    return this.live.get(sessionId)?.actor.getSnapshot()
+    return this.live.get(sessionId)?.actor?.getSnapshot()
   }
 }
 
@@ -718,6 +881,10 @@ function touchConsumer(live: LiveSession, consumerId: string) {
   live.consumers.delete(consumerId)
   live.consumers.add(consumerId)
 }
+
+/** Between turns with nothing pending (idle or paused): what hibernation needs. */
+const isQuiet = (snapshot: SessionSnapshot) =>
+  snapshot.status === 'active' && (snapshot.matches({ active: 'idle' }) || snapshot.matches('paused')) && snapshot.context.pendingTools.length === 0
 
 const isGenerating = (snapshot: SessionSnapshot) => snapshot.matches({ active: 'generating' })
 const isBusy = (snapshot: SessionSnapshot) => snapshot.status === 'active' && (isGenerating(snapshot) || snapshot.matches({ active: 'tooling' }))

@@ -237,6 +237,11 @@ export class SessionWriter {
     await this.records.written()
   }
 
+  /** Nothing to write, nothing being written: what the session is now is in the store. */
+  quiet(): boolean {
+    return this.pending.length === 0 && !this.snapshotWanted && !this.snapshotDue && !this.retry && !this.givenUp && this.done >= this.asked
+  }
+
   /** Whether the session's writes were given up on (until a later write succeeds). */
   get unpersisted() {
     return this.givenUp

@@ -88,6 +88,8 @@ export interface Config {
     reaperIntervalMs: number
     /** Consumer ids a session remembers (all gateways together); the least recently used is forgotten first. */
     maxConsumersPerSession: number
+    /** A session quiet this long lets its actor go (woken from its snapshot by its next command); 0 = never. */
+    hibernateAfterMs: number
   }
   crewsFile: string
   reportsFile: string
@@ -215,6 +217,7 @@ export function loadConfig(env: Env = process.env): Config {
       drainTimeoutMs: int(env, 'ENGINE_DRAIN_TIMEOUT_MS', 10_000, 0),
       reaperIntervalMs: int(env, 'ENGINE_REAPER_INTERVAL_MS', 60_000, 10),
       maxConsumersPerSession: int(env, 'ENGINE_MAX_CONSUMERS_PER_SESSION', 64, 1),
+      hibernateAfterMs: int(env, 'ENGINE_HIBERNATE_AFTER_MS', 10_000, 0),
     },
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',

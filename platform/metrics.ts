@@ -15,6 +15,7 @@ export interface Metrics {
   sessionsLive: Gauge<'crew'>
   sessionPersistenceFailures: Counter
   sessionsUnpersisted: Gauge
+  sessionsHibernated: Gauge
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -74,6 +75,11 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     sessionPersistenceFailures: new Counter({
       name: 'switchboard_session_persistence_failures_total',
       help: 'Sessions whose write-behind was given up on (retries exhausted, or a value that cannot be encoded)',
+      registers,
+    }),
+    sessionsHibernated: new Gauge({
+      name: 'switchboard_sessions_hibernated',
+      help: 'Live sessions whose actor is let go while they are quiet (woken from their snapshot by their next command)',
       registers,
     }),
     sessionsUnpersisted: new Gauge({
