@@ -61,6 +61,8 @@ interface LiveSession {
   /** Its history, snapshot and report record on their way to the store. */
   writer: SessionWriter
   idleTimer: { deadline: number; timer: NodeJS.Timeout } | null
+  /** The context's idle deadline as last seen (kept while hibernated). */
+  idleDeadline: number
   toolTimers: Map<string, NodeJS.Timeout>
   finished: boolean
   /** Set once destroyed: resolves when its resources are released. */
@@ -245,6 +247,7 @@ export class SessionHost {
         new RecordWriter(this.options.recorder, id, this.options.platform.logger),
       ),
       idleTimer: null,
+      idleDeadline: Number.MAX_SAFE_INTEGER,
       toolTimers: new Map(),
       finished: false,
       cleanup: null,
@@ -579,7 +582,11 @@ export class SessionHost {
   }
 
   private armTimers(live: LiveSession, context: SessionContext) {
-    if (live.idleTimer?.deadline !== context.idleDeadline) {
+    live.idleDeadline = context.idleDeadline
+    // Every activity pushes the idle deadline out; the timer armed for an earlier deadline is
+    // kept (no clear and re-arm per message): when it fires, the machine's guard sees the newer
+    // deadline and the timer is armed again for it.
+    if (!live.idleTimer || live.idleTimer.deadline > context.idleDeadline) {
       if (live.idleTimer) clearTimeout(live.idleTimer.timer)
       live.idleTimer = { deadline: context.idleDeadline, timer: this.timer(context.idleDeadline, () => this.expire(live)) }
     }
@@ -609,6 +616,11 @@ export class SessionHost {
   private expire(live: LiveSession) {
     live.idleTimer = null
     if (live.finished) return
+    if (this.now < live.idleDeadline) {
+      // Armed for an earlier deadline; the session was active since.
+      live.idleTimer = { deadline: live.idleDeadline, timer: this.timer(live.idleDeadline, () => this.expire(live)) }
+      return
+    }
     if (!live.actor) {
       this.wake(live).then(
         () => this.expire(live),

@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto'
 import { ApiError } from '../gateway/errors.js'
 import type { StreamSink } from '../gateway/routes.js'
-import { eventBody, SseStream } from '../gateway/sse.js'
+import { eventBody, HeartbeatWheel, SseStream } from '../gateway/sse.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
 import { bodyOf, isNewer } from './event-log.js'
@@ -50,7 +50,7 @@ class Feed {
 export class ChannelHub {
   private readonly feeds = new Map<string, Feed>()
   private readonly subscribing = new Map<string, Promise<Feed>>()
-  private readonly heartbeatBody: string
+  private readonly heartbeats: HeartbeatWheel
   private shuttingDown = false
 
   constructor(
@@ -59,7 +59,7 @@ export class ChannelHub {
     private readonly metrics: Metrics,
     private readonly logger: Logger,
   ) {
-    this.heartbeatBody = eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 })
+    this.heartbeats = new HeartbeatWheel(options.heartbeatMs, eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 }))
   }
 
   /** POST eventstream/{crewId}: creates the session, then opens the creator's stream. */
@@ -199,8 +199,7 @@ export class ChannelHub {
       consumer.retention = null
     }
     const stream = new SseStream(sink, {
-      heartbeatMs: this.options.heartbeatMs,
-      heartbeatBody: this.heartbeatBody,
+      heartbeats: this.heartbeats,
       currentId: () => consumer.position,
       onDropped: () => this.dropSlow(feed, consumer),
     })
@@ -325,6 +324,7 @@ export class ChannelHub {
   /** Gateway stop: every open stream is told to reconnect (to another gateway), then ended. */
   shutdown() {
     this.shuttingDown = true
+    this.heartbeats.stop()
     for (const feed of this.feeds.values()) {
       for (const consumer of feed.consumers.values()) {
         if (consumer.retention) clearTimeout(consumer.retention)
