@@ -48,7 +48,7 @@ const a = await snap('a')
 const t0 = performance.now()
 await openStreams(server.port, server.key, N, streams)
 const seconds = (performance.now() - t0) / 1000
-await new Promise(r => setTimeout(r, 1000))
+await new Promise(r => setTimeout(r, Number(process.env.BENCH_SETTLE_MS ?? 1000)))
 const after = await server.memory()
 const b = await snap('b')
 const [A, B] = [byConstructor(a), byConstructor(b)]

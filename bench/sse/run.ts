@@ -6,7 +6,9 @@
 //      SECONDS after a warm-up second, each timed from the PUT to its `assistant.message` frame
 //      on the stream; the server reports its event-loop delay (perf_hooks.monitorEventLoopDelay,
 //      1 ms resolution), CPU time, GC pauses and old-space growth over the same window;
-//   3. open more streams up to HOLD (the open rate) and report RSS per held session.
+//   3. open more streams up to HOLD (the open rate) and report RSS and heap per held session, right
+//      after opening and once they are held quiet for BENCH_HOLD_SETTLE_MS (12 s: quiet sessions
+//      hibernate after 10 s), each the marginal cost of the streams added in this phase.
 // RUNS runs of each target, alternating; the report gives the median of the runs, and the ratio
 // to the baseline measured in the same run. Capacity: the highest rate of RATES whose p99 < 10 ms.
 //
@@ -25,8 +27,9 @@ import { machineInfo, writeResults } from '../support.js'
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
 const N = Number(process.env.BENCH_SESSIONS ?? 1000)
 const HOLD = Number(process.env.BENCH_HOLD ?? 10_000)
-const RATES = (process.env.BENCH_RATES ?? '500,1000,2000').split(',').map(Number)
+const RATES = (process.env.BENCH_RATES ?? '500,1000,2000').split(',').filter(Boolean).map(Number)
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
+const HOLD_SETTLE_MS = Number(process.env.BENCH_HOLD_SETTLE_MS ?? 12_000)
 const TARGETS = (process.env.BENCH_TARGETS ?? 'switchboard,uws').split(',')
 const BASELINE = TARGETS.find(t => t !== 'switchboard') ?? 'uws'
 const OPEN_CONCURRENCY = 128
@@ -370,7 +373,7 @@ interface TargetRun {
   sessions: number
   rates: RateResult[]
   capacity: number
-  hold: { streams: number; openPerSecond: number; rssPerSessionKiB: number; heapPerSessionKiB: number }
+  hold: { streams: number; openPerSecond: number; rssPerSessionKiB: number; heapPerSessionKiB: number; justOpened: { rssPerSessionKiB: number; heapPerSessionKiB: number } }
 }
 
 async function runTarget(target: string, run: number): Promise<TargetRun> {
@@ -395,6 +398,9 @@ async function runTarget(target: string, run: number): Promise<TargetRun> {
     const t0 = performance.now()
     await openStreams(server.port, server.key, Math.max(0, HOLD - streams.length), streams)
     const openSeconds = (performance.now() - t0) / 1000
+    const justOpened = await server.memory()
+    // Held: open and quiet for a while (quiet sessions hibernate after ENGINE_HIBERNATE_AFTER_MS, 10 s).
+    await new Promise(r => setTimeout(r, HOLD_SETTLE_MS))
     const afterHold = await server.memory()
     const added = Math.max(1, HOLD - N)
     const hold = {
@@ -403,8 +409,12 @@ async function runTarget(target: string, run: number): Promise<TargetRun> {
       // The marginal cost of a held session (streams opened in this phase only, after GC on both ends).
       rssPerSessionKiB: (afterHold.rss - beforeHold.rss) / added / 1024,
       heapPerSessionKiB: (afterHold.heapUsed - beforeHold.heapUsed) / added / 1024,
+      justOpened: { rssPerSessionKiB: (justOpened.rss - beforeHold.rss) / added / 1024, heapPerSessionKiB: (justOpened.heapUsed - beforeHold.heapUsed) / added / 1024 },
     }
-    console.error(`   ${target} run ${run}: ${hold.streams} held, ${hold.openPerSecond.toFixed(0)} opened/s, ${hold.rssPerSessionKiB.toFixed(1)} KiB RSS/session, heap ${hold.heapPerSessionKiB.toFixed(1)} KiB/session`)
+    console.error(
+      `   ${target} run ${run}: ${hold.streams} held, ${hold.openPerSecond.toFixed(0)} opened/s; per session after ${HOLD_SETTLE_MS / 1000} s: ${hold.rssPerSessionKiB.toFixed(1)} KiB RSS, ${hold.heapPerSessionKiB.toFixed(1)} KiB heap` +
+        ` (just opened: ${hold.justOpened.rssPerSessionKiB.toFixed(1)} / ${hold.justOpened.heapPerSessionKiB.toFixed(1)})`,
+    )
     for (const s of streams) s.socket.destroy()
     return { target, run, sessions: N, rates, capacity: Math.max(0, ...rates.filter(r => r.rttMs.p99 < 10 && r.lost === 0).map(r => r.rate)), hold }
   } finally {
