@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs'
 import { Gateway } from './gateway/server.js'
 import { KeyRegistry, parseBootstrapKeys } from './gateway/auth.js'
 import { loadNativeUws } from './gateway/uws.js'
+import { OverloadGuard } from './gateway/overload.js'
 import type { ServiceModule } from './gateway/routes.js'
 import { type Bus, MemoryBus, NatsBus } from './platform/bus/index.js'
 import { type Clock, systemClock } from './platform/clock.js'
@@ -58,7 +59,9 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   const store = await openStore(config, clock)
   const idempotencyStore = openIdempotencyStore(config, store)
   const bus = await openBus(config, logger)
-  const platform: Platform = { config, store, bus, clock, logger, metrics }
+  const overload = new OverloadGuard(config.overload, metrics, logger)
+  overload.start()
+  const platform: Platform = { config, store, bus, clock, logger, metrics, overload }
 
   const keys = new KeyRegistry(parseBootstrapKeys(config.apiKeys), store)
   await keys.init()
@@ -124,6 +127,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
     async close() {
       gateway.close()
       for (const module of [...modules].reverse()) await module.stop()
+      overload.stop()
       await bus.close()
       if (idempotencyStore !== store) await idempotencyStore.close()
       await store.close()

@@ -6,6 +6,7 @@
 // SessionStore (engine/session-store.ts).
 import { createActor, fromCallback, type Actor } from 'xstate'
 import { ApiError } from '../gateway/errors.js'
+import { OverloadGuard } from '../gateway/overload.js'
 import type { Platform } from '../platform/index.js'
 import type { SessionRecorder } from '../reports/index.js'
 import type { CrewCatalog, Crew } from './crews.js'
@@ -50,6 +51,8 @@ interface LiveSession {
   waking: Promise<void> | null
   /** Commands in progress (a pinned session is not hibernated). */
   pins: number
+  /** A turn is in flight (generating or running tools): counted in turnsInFlight. */
+  busy: boolean
   /** When it last became quiet (0: busy); the hibernation queue checks it. */
   quietSince: number
   unbind: (() => void) | null
@@ -117,9 +120,13 @@ export class SessionHost {
   private quietHead = 0
   private hibernation: NodeJS.Timeout | null = null
   private hibernating = false
+  /** Sessions of this node with a turn in flight (ENGINE_MAX_TURNS_IN_FLIGHT). */
+  private turnsInFlight = 0
+  private readonly overload: OverloadGuard
 
   constructor(private readonly options: HostOptions) {
     const { store } = options.platform
+    this.overload = options.platform.overload ?? OverloadGuard.off()
     const { channel } = options.platform.config
     this.events =
       options.events ??
@@ -231,6 +238,7 @@ export class SessionHost {
       actor: null,
       waking: null,
       pins: 0,
+      busy: false,
       quietSince: 0,
       unbind: null,
       listeners: new Set(),
@@ -264,6 +272,7 @@ export class SessionHost {
     const publish = actor.on('publish', ({ event }) => this.emit(live, { kind: 'event', ...event }))
     const states = actor.subscribe({
       next: snapshot => {
+        this.countTurn(live, snapshot.status === 'active' && isBusy(snapshot))
         if (snapshot.status === 'done') this.finish(live)
         else if (!isGenerating(snapshot)) {
           live.writer.turnEnded()
@@ -281,6 +290,12 @@ export class SessionHost {
       publish.unsubscribe()
       states.unsubscribe()
     }
+  }
+
+  private countTurn(live: LiveSession, busy: boolean) {
+    if (live.busy === busy) return
+    live.busy = busy
+    this.turnsInFlight += busy ? 1 : -1
   }
 
   /** The session's actor; a hibernated session must be woken first (obtain() does). */
@@ -346,6 +361,7 @@ export class SessionHost {
 
   /** The session leaves this node without ending: its actor stops (a hibernated one has none). */
   private letGo(live: LiveSession) {
+    this.countTurn(live, false)
     if (live.actor) {
       live.unbind?.()
       live.actor.stop()
@@ -445,6 +461,9 @@ export class SessionHost {
         if (!live.consumers.has(command.consumerId)) {
           throw new ApiError(400, 'UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
         }
+        // Refused before anything is recorded: a refused message is not in the conversation.
+        // The turn limit applies to a message that would start a turn (one in flight takes it in).
+        this.overload.admit('message', { turnsInFlight: live.busy ? 0 : this.turnsInFlight })
         touchConsumer(live, command.consumerId)
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
         if (this.options.durableAcks) {

@@ -12,6 +12,7 @@ import type { StreamSink } from '../gateway/routes.js'
 import { eventBody, HeartbeatWheel, SseStream } from '../gateway/sse.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
+import { OverloadGuard } from '../gateway/overload.js'
 import { bodyOf, isNewer } from './event-log.js'
 import type { CreateSessionRequest, SessionTarget, SessionTransport, Subscription, TransportEvent } from './transport.js'
 
@@ -52,12 +53,15 @@ export class ChannelHub {
   private readonly subscribing = new Map<string, Promise<Feed>>()
   private readonly heartbeats: HeartbeatWheel
   private shuttingDown = false
+  /** Streams open on this gateway. */
+  private streamsOpen = 0
 
   constructor(
     private readonly transport: SessionTransport,
     private readonly options: HubOptions,
     private readonly metrics: Metrics,
     private readonly logger: Logger,
+    private readonly overload: OverloadGuard = OverloadGuard.off(),
   ) {
     this.heartbeats = new HeartbeatWheel(options.heartbeatMs, eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 }))
   }
@@ -68,6 +72,7 @@ export class ChannelHub {
     start: (headers?: Record<string, string>) => StreamSink,
   ) {
     this.refuseWhileStopping()
+    this.overload.admit('session', { streams: this.streamsOpen })
     const sessionId = randomUUID()
     const consumerId = randomUUID()
     const feed = new Feed(sessionId, request.accountId)
@@ -89,6 +94,7 @@ export class ChannelHub {
     start: (headers?: Record<string, string>) => StreamSink,
   ) {
     this.refuseWhileStopping()
+    this.overload.admit('stream', { streams: this.streamsOpen })
     const feed = await this.feedFor(target)
     let consumer = resume.consumerId ? feed.consumers.get(resume.consumerId) : undefined
     // Without Last-Event-ID, a known consumer resumes after what it was last sent, a new one is live.
@@ -205,8 +211,10 @@ export class ChannelHub {
     })
     consumer.stream = stream
     this.metrics.sseStreamsOpen.inc()
+    this.streamsOpen++
     sink.onClose(() => {
       this.metrics.sseStreamsOpen.dec()
+      this.streamsOpen--
       if (stream.closedByClient) this.metrics.sseClientDisconnects.inc()
       if (consumer.stream !== stream) return
       consumer.stream = null
@@ -335,6 +343,11 @@ export class ChannelHub {
       feed.subscription?.unsubscribe()
     }
     this.feeds.clear()
+  }
+
+  /** A user message through this gateway: refused (503) while the gateway is overloaded. */
+  admitMessage() {
+    this.overload.admit('message')
   }
 
   /** Open streams on this node (tests, bench). */

@@ -103,6 +103,7 @@ function newHub(platform: Platform, transport: SessionTransport) {
     },
     platform.metrics,
     platform.logger,
+    platform.overload,
   )
 }
 

@@ -91,6 +91,13 @@ export interface Config {
     /** A session quiet this long lets its actor go (woken from its snapshot by its next command); 0 = never. */
     hibernateAfterMs: number
   }
+  /** Overload control (gateway/overload.ts): past these, new work is refused with 503 and Retry-After. */
+  overload: {
+    loopDelayMs: number
+    maxStreams: number
+    maxTurnsInFlight: number
+    retryAfterSeconds: number
+  }
   crewsFile: string
   reportsFile: string
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent'
@@ -218,6 +225,12 @@ export function loadConfig(env: Env = process.env): Config {
       reaperIntervalMs: int(env, 'ENGINE_REAPER_INTERVAL_MS', 60_000, 10),
       maxConsumersPerSession: int(env, 'ENGINE_MAX_CONSUMERS_PER_SESSION', 64, 1),
       hibernateAfterMs: int(env, 'ENGINE_HIBERNATE_AFTER_MS', 10_000, 0),
+    },
+    overload: {
+      loopDelayMs: int(env, 'OVERLOAD_LOOP_DELAY_MS', 200, 0),
+      maxStreams: int(env, 'OVERLOAD_MAX_STREAMS', 20_000, 0),
+      maxTurnsInFlight: int(env, 'ENGINE_MAX_TURNS_IN_FLIGHT', 2000, 0),
+      retryAfterSeconds: int(env, 'OVERLOAD_RETRY_AFTER_S', 1, 1),
     },
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',

@@ -16,6 +16,8 @@ export interface Metrics {
   sessionPersistenceFailures: Counter
   sessionsUnpersisted: Gauge
   sessionsHibernated: Gauge
+  overloadRefused: Counter<'reason'>
+  eventLoopDelayP99: Gauge
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -75,6 +77,17 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     sessionPersistenceFailures: new Counter({
       name: 'switchboard_session_persistence_failures_total',
       help: 'Sessions whose write-behind was given up on (retries exhausted, or a value that cannot be encoded)',
+      registers,
+    }),
+    overloadRefused: new Counter({
+      name: 'switchboard_overload_refused_total',
+      help: 'New sessions, streams and messages refused with 503 because the process is past what it can serve, by reason (loop_delay, streams, turns)',
+      labelNames: ['reason'],
+      registers,
+    }),
+    eventLoopDelayP99: new Gauge({
+      name: 'switchboard_event_loop_delay_p99_seconds',
+      help: 'p99 event-loop delay over the last 250 ms window (what the overload guard watches)',
       registers,
     }),
     sessionsHibernated: new Gauge({
