@@ -6,6 +6,7 @@ import { Gateway, MetricsListener } from './gateway/server.js'
 import { AuthThrottle } from './gateway/auth-throttle.js'
 import { KeyRegistry, parseBootstrapKeys } from './gateway/auth.js'
 import { loadNativeUws } from './gateway/uws.js'
+import { OverloadGuard } from './gateway/overload.js'
 import type { ServiceModule } from './gateway/routes.js'
 import { type Bus, LmdbBus, MemoryBus, NatsBus } from './platform/bus/index.js'
 import { type Clock, systemClock } from './platform/clock.js'
@@ -67,7 +68,9 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   const store = await openStore(config, clock)
   const idempotencyStore = openIdempotencyStore(config, store)
   const bus = await openBus(config, logger, store)
-  const platform: Platform = { config, store, bus, clock, logger, metrics }
+  const overload = new OverloadGuard(config.overload, metrics, logger)
+  overload.start()
+  const platform: Platform = { config, store, bus, clock, logger, metrics, overload }
 
   const keys = new KeyRegistry(parseBootstrapKeys(config.apiKeys), store, config.edge.keyCache, metrics.apiKeyCacheEntries)
   await keys.init()
@@ -157,6 +160,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
       gateway.close()
       metricsListener?.close()
       for (const module of [...modules].reverse()) await module.stop()
+      overload.stop()
       await bus.close()
       if (idempotencyStore !== store) await idempotencyStore.close()
       await store.close()

@@ -96,6 +96,11 @@ export function parseContactsBody(body: unknown, now: number): ContactInput[] {
   return contacts
 }
 
+/** The contacts of a body parseContactsBody has already accepted (a single root contact is one). */
+export function contactsOf(body: unknown): ContactInput[] {
+  return body !== null && typeof body === 'object' && 'contacts' in body ? (body as { contacts: ContactInput[] }).contacts : [body as ContactInput]
+}
+
 /** Per-row validation for CSV imports: returns the problems of one contact. */
 export function contactIssues(contact: unknown, now: number): ValidationIssue[] {
   const issues = schemas.validate('dialer.contact', contact, 'contacts[0]')

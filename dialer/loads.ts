@@ -11,6 +11,7 @@
 //   3. count  - the operation's counters and the chunk index are updated in one atomic
 //               single-document update guarded by "index not yet counted".
 // The last counted chunk closes the operation (again guarded, so exactly one caller does).
+import { inSlices, yieldToLoop } from '../platform/background.js'
 import { ApiError } from '../gateway/errors.js'
 import type { Principal } from '../gateway/auth.js'
 import { type BulkOp, type Collection, DuplicateKeyError } from '../platform/store/index.js'
@@ -31,6 +32,8 @@ import type { QueueWorker } from './queue-workers.js'
 import { ActiveContacts } from './active-contacts.js'
 
 export const LOAD_QUEUE = 'dialer.contacts.chunks'
+/** Contact writes per store call when a chunk is applied (the loop is given back between them). */
+const APPLY_SLICE = 50
 const MAX_DELIVERIES = 5
 
 export type QueuedContact = ContactInput & { identifier: string; identifierGenerated: boolean }
@@ -225,14 +228,18 @@ export class ContactLoads {
 
   /** Applies one chunk (plan, apply, count) and closes the operation after its last chunk. */
   async process(message: ChunkMessage) {
+    // Background work: each step starts after pending I/O (live sessions first), see platform/background.ts.
+    await yieldToLoop()
     const op = await this.operations.findById(message.operationId)
     if (!op || op.kind !== 'contacts.load') return // expired or unknown: nothing left to report to
     if (!op.countedChunks.includes(message.index)) {
       const batch = await this.batches.docs.findOne({ _id: message.batchId })
       const plan = await this.planOnce(message, batch, op)
       if (batch && !['deleting', 'deleted'].includes(batch.status)) await this.apply(message, plan)
+      await yieldToLoop()
       await this.operations.countChunk(op._id, message.index, plan.counts, plan.errors)
     }
+    await yieldToLoop()
     await this.tryFinish(op._id)
   }
 
@@ -330,15 +337,22 @@ export class ContactLoads {
         ops.push({ updateOne: { filter: key, update: { $set: set } } })
       }
     })
-    // Ordered, so repeated identifiers inside the chunk apply in request order.
-    const result = await this.contacts.bulkWrite(ops, { ordered: true })
-    // Inserted and recontacted contacts join the account's active count (once, however often
-    // this chunk is applied), also when the bulk stopped partway.
-    await this.active.reconcile(message.accountId, { batchId: message.batchId, identifiers: message.contacts.map(c => c.identifier) })
-    if (result.duplicateKeyIndexes.length > 0) {
-      // A concurrent load inserted the same identifier between plan and apply; replaying the
-      // (idempotent) plan on redelivery turns the insert into a no-op upsert match.
-      throw new Error('concurrent insert of the same identifier; retrying chunk')
+    // Ordered, so repeated identifiers inside the chunk apply in request order; in slices, with
+    // the loop given back between them (an ordered slice after an ordered slice keeps the order).
+    try {
+      await inSlices(ops, APPLY_SLICE, async slice => {
+        const result = await this.contacts.bulkWrite(slice, { ordered: true })
+        if (result.duplicateKeyIndexes.length > 0) {
+          // A concurrent load inserted the same identifier between plan and apply; replaying the
+          // (idempotent) plan on redelivery turns the insert into a no-op upsert match. Stops here,
+          // as one ordered write would have.
+          throw new Error('concurrent insert of the same identifier; retrying chunk')
+        }
+      })
+    } finally {
+      // Inserted and recontacted contacts join the account's active count (once, however often
+      // this chunk is applied), also when the apply stopped partway.
+      await this.active.reconcile(message.accountId, { batchId: message.batchId, identifiers: message.contacts.map(c => c.identifier) })
     }
   }
 

@@ -6,12 +6,16 @@
 // SessionStore (engine/session-store.ts).
 import { createActor, fromCallback, type Actor } from 'xstate'
 import { ApiError } from '../gateway/errors.js'
+import { OverloadGuard } from '../gateway/overload.js'
 import type { Platform } from '../platform/index.js'
 import type { SessionRecorder } from '../reports/index.js'
 import type { CrewCatalog, Crew } from './crews.js'
 import { CrewSlots } from './crew-slots.js'
 import {
   assertCan,
+  CONTEXT_WINDOW_BYTES,
+  CONTEXT_WINDOW_MESSAGES,
+  digestFor,
   IllegalMoveError,
   openingOf,
   sessionMachine,
@@ -25,26 +29,43 @@ import {
 } from './machine.js'
 import { ToolRunner, type RequestedCall } from './tools.js'
 import type { AssistantProvider } from './providers/types.js'
-import { summarize } from './conversation.js'
+import { digestAdd, recentWindow, summarizeDigest } from './conversation.js'
 import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
 import { RecordWriter } from './record-writer.js'
 import { SessionStore, type SnapshotWrite } from './session-store.js'
-import { SessionWriter } from './session-writer.js'
+import { SessionWriter, WriteBehind } from './session-writer.js'
 import type { ConversationMessage } from './types.js'
 
 interface LiveSession {
   id: string
   accountId: string
   crew: Crew
-  actor: Actor<typeof sessionMachine>
+  /**
+   * The session's actor; null while hibernated: a session quiet for ENGINE_HIBERNATE_AFTER_MS
+   * (idle or paused, nothing pending, everything written) lets its actor go and is woken from
+   * its persisted snapshot by its next command (or its idle deadline). Its streams stay open.
+   */
+  actor: Actor<typeof sessionMachine> | null
+  /** Set while the actor is being woken. */
+  waking: Promise<void> | null
+  /** Commands in progress (a pinned session is not hibernated). */
+  pins: number
+  /** A turn is in flight (generating or running tools): counted in turnsInFlight. */
+  busy: boolean
+  /** When it last became quiet (0: busy); the hibernation queue checks it. */
+  quietSince: number
+  unbind: (() => void) | null
   listeners: Set<TransportListener>
   /** Seq of the last event published (the SSE id of the session's streams). */
   eventSeq: number
+  /** Consumer ids known to the session, least recently used first (bounded: ENGINE_MAX_CONSUMER_IDS_PER_SESSION). */
   consumers: Set<string>
   /** Its history, snapshot and report record on their way to the store. */
   writer: SessionWriter
   idleTimer: { deadline: number; timer: NodeJS.Timeout } | null
+  /** The context's idle deadline as last seen (kept while hibernated). */
+  idleDeadline: number
   toolTimers: Map<string, NodeJS.Timeout>
   finished: boolean
   /** Set once destroyed: resolves when its resources are released. */
@@ -66,6 +87,10 @@ export interface HostOptions {
   events?: EventLog
   /** A user message is acknowledged only once its history entry is written (survives a node's death). */
   durableAcks?: boolean
+  /** Overrides ENGINE_HIBERNATE_AFTER_MS (0: never). */
+  hibernateAfterMs?: number
+  /** Batch size and retry policy of the write-behind (defaults in engine/session-writer.ts). */
+  writeBehind?: { batch?: number; maxAttempts?: number; retryMs?: number }
 }
 
 /** Ownership of sessions across engine nodes; see engine/ownership.ts. */
@@ -88,11 +113,34 @@ export class SessionHost {
   private stopped = false
   private readonly cleanups = new Set<Promise<void>>()
   readonly events: EventLog
+  /** Every live session's history and snapshot writes, batched off the turn's path. */
+  readonly writeBehind: WriteBehind
+  /** Quiet sessions in the order they became quiet, for hibernation (stale entries are skipped). */
+  private quiet: { live: LiveSession; since: number }[] = []
+  private quietHead = 0
+  private hibernation: NodeJS.Timeout | null = null
+  private hibernating = false
+  /** Sessions of this node with a turn in flight (ENGINE_MAX_TURNS_IN_FLIGHT). */
+  private turnsInFlight = 0
+  private readonly overload: OverloadGuard
 
   constructor(private readonly options: HostOptions) {
     const { store } = options.platform
-    this.events = options.events ?? new MemoryEventLog(options.platform.config.channel.replayBufferEvents)
+    this.overload = options.platform.overload ?? OverloadGuard.off()
+    const { channel } = options.platform.config
+    this.events =
+      options.events ??
+      new MemoryEventLog({ events: channel.replayBufferEvents, bytes: channel.replayBufferBytes, maxAgeMs: channel.eventRetentionMs })
     this.store = new SessionStore(store)
+    this.writeBehind = new WriteBehind({
+      store: this.store,
+      logger: options.platform.logger,
+      metrics: options.platform.metrics,
+      fenced: !!options.leases,
+      stopping: () => this.stopped,
+      maxAttempts: options.platform.config.engine.persistMaxFailures,
+      ...options.writeBehind,
+    })
     this.slots = new CrewSlots(store)
     this.tools = new ToolRunner(options.crews, options.platform.clock, options.externalToolTimeoutMs)
     this.machine = sessionMachine.provide({
@@ -110,6 +158,15 @@ export class SessionHost {
   async init() {
     await this.store.ensureIndexes()
     await this.options.recorder.ensureIndexes()
+    const after = this.hibernateAfterMs
+    if (after > 0) {
+      this.hibernation = setInterval(() => this.hibernateQuiet(), Math.max(50, Math.min(1000, after / 4)))
+      this.hibernation.unref()
+    }
+  }
+
+  private get hibernateAfterMs() {
+    return this.options.hibernateAfterMs ?? this.options.platform.config.engine.hibernateAfterMs
   }
 
   liveCount() {
@@ -174,23 +231,15 @@ export class SessionHost {
     return { unsubscribe: () => live.listeners.delete(listener) }
   }
 
-  /** Live sessions of this process whose write-behind gave up (see SessionWriter). */
-  private readonly notPersisted = new Set<string>()
-
-  /** How many live sessions are no longer being saved (reported by /healthz). */
+  /** How many live sessions are no longer being saved (reported by /healthz; see engine/session-writer.ts). */
   get sessionsNotPersisted(): number {
-    return this.notPersisted.size
-  }
-
-  private markNotPersisted(live: LiveSession) {
-    this.notPersisted.add(live.id)
-    this.options.platform.metrics.sessionsPersistenceStopped.set(this.notPersisted.size)
+    return this.writeBehind.unpersistedSessions().count
   }
 
   /** The session left this process (ended, dropped or handed over). */
   private released(live: LiveSession) {
     this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
-    if (this.notPersisted.delete(live.id)) this.options.platform.metrics.sessionsPersistenceStopped.set(this.notPersisted.size)
+    live.writer.closed()
   }
 
   private register(id: string, accountId: string, crew: Crew, actor: Actor<typeof sessionMachine>, consumers: string[]): LiveSession {
@@ -198,63 +247,174 @@ export class SessionHost {
       id,
       accountId,
       crew,
-      actor,
+      actor: null,
+      waking: null,
+      pins: 0,
+      busy: false,
+      quietSince: 0,
+      unbind: null,
       listeners: new Set(),
       eventSeq: 0,
       consumers: new Set(consumers),
-      writer: new SessionWriter(
+      writer: this.writeBehind.writer(
         {
           id,
           finished: () => live.finished,
           snapshot: () => this.snapshotWrite(live),
           fence: () => this.fenceOf(id),
           lost: why => this.drop(live, why),
-          persistenceStopped: () => this.markNotPersisted(live),
         },
-        {
-          store: this.store,
-          records: new RecordWriter(this.options.recorder, id, this.options.platform.logger),
-          logger: this.options.platform.logger,
-          fenced: !!this.options.leases,
-          stopping: () => this.stopped,
-          maxFailures: this.options.platform.config.engine.persistMaxFailures,
-          onFailure: () => this.options.platform.metrics.sessionPersistenceFailures.inc(),
-        },
+        new RecordWriter(this.options.recorder, id, this.options.platform.logger),
       ),
       idleTimer: null,
+      idleDeadline: Number.MAX_SAFE_INTEGER,
       toolTimers: new Map(),
       finished: false,
       cleanup: null,
     }
-    actor.on('log', ({ entry }) => live.writer.append(entry))
-    actor.on('publish', ({ event }) => this.emit(live, { kind: 'event', ...event }))
-    actor.subscribe({
-      next: snapshot => {
-        if (snapshot.status === 'done') this.finish(live)
-        else if (!isGenerating(snapshot)) live.writer.turnEnded()
-      },
-      error: error => {
-        this.options.platform.logger.error('session actor failed', { sessionId: id, error })
-        this.finish(live)
-      },
-    })
+    this.bind(live, actor)
     this.live.set(id, live)
     this.options.platform.metrics.sessionsLive.inc({ crew: crew.id })
     return live
   }
 
+  /** Makes `actor` the session's actor (at creation, restore or wake-up). */
+  private bind(live: LiveSession, actor: Actor<typeof sessionMachine>) {
+    const log = actor.on('log', ({ entry }) => live.writer.append(entry))
+    const publish = actor.on('publish', ({ event }) => this.emit(live, { kind: 'event', ...event }))
+    const states = actor.subscribe({
+      next: snapshot => {
+        this.countTurn(live, snapshot.status === 'active' && isBusy(snapshot))
+        if (snapshot.status === 'done') this.finish(live)
+        else if (!isGenerating(snapshot)) {
+          live.writer.turnEnded()
+          if (live.pins === 0 && isQuiet(snapshot)) this.noteQuiet(live)
+        }
+      },
+      error: error => {
+        this.options.platform.logger.error('session actor failed', { sessionId: live.id, error })
+        this.finish(live)
+      },
+    })
+    live.actor = actor
+    live.unbind = () => {
+      log.unsubscribe()
+      publish.unsubscribe()
+      states.unsubscribe()
+    }
+  }
+
+  private countTurn(live: LiveSession, busy: boolean) {
+    if (live.busy === busy) return
+    live.busy = busy
+    this.turnsInFlight += busy ? 1 : -1
+  }
+
+  /** The session's actor; a hibernated session must be woken first (obtain() does). */
+  private awake(live: LiveSession): Actor<typeof sessionMachine> {
+    if (!live.actor) throw new Error(`session ${live.id} is hibernated`)
+    return live.actor
+  }
+
+  // ---------------------------------------------------------------- hibernation
+
+  /** The session is between turns with nothing pending: a candidate for hibernation. */
+  private noteQuiet(live: LiveSession) {
+    if (this.hibernateAfterMs <= 0 || live.finished || !live.actor || live.quietSince) return
+    if (!isQuiet(live.actor.getSnapshot())) return
+    live.quietSince = this.now
+    this.quiet.push({ live, since: live.quietSince })
+  }
+
+  /** Hibernates sessions quiet for long enough: a bounded number per macrotask, oldest first. */
+  private hibernateQuiet() {
+    if (this.hibernating || this.stopped) return
+    this.hibernating = true
+    const due = this.now - this.hibernateAfterMs
+    const slice = () => {
+      let n = 0
+      while (this.quietHead < this.quiet.length && n < 200) {
+        const { live, since } = this.quiet[this.quietHead]!
+        if (since > due) break
+        this.quietHead++
+        n++
+        if (live.quietSince !== since || live.finished || !live.actor) continue
+        if (!isQuiet(live.actor.getSnapshot())) {
+          live.quietSince = 0 // busy again: noted when it is quiet next
+          continue
+        }
+        if (live.pins > 0 || !live.writer.quiet()) {
+          // Still writing: looked at again later.
+          live.quietSince = 0
+          this.noteQuiet(live)
+          continue
+        }
+        this.hibernate(live)
+      }
+      if (this.quietHead > 1024 && this.quietHead * 2 > this.quiet.length) {
+        this.quiet = this.quiet.slice(this.quietHead)
+        this.quietHead = 0
+      }
+      if (n === 200) setImmediate(slice)
+      else this.hibernating = false
+    }
+    slice()
+  }
+
+  private hibernate(live: LiveSession) {
+    const actor = this.awake(live)
+    live.unbind?.()
+    live.unbind = null
+    live.actor = null
+    live.quietSince = 0
+    actor.stop()
+    this.options.platform.metrics.sessionsHibernated.inc()
+  }
+
+  /** The session leaves this node without ending: its actor stops (a hibernated one has none). */
+  private letGo(live: LiveSession) {
+    this.countTurn(live, false)
+    if (live.actor) {
+      live.unbind?.()
+      live.actor.stop()
+    } else {
+      this.options.platform.metrics.sessionsHibernated.dec()
+    }
+  }
+
+  /** Brings a hibernated session's actor back from its persisted snapshot. */
+  private wake(live: LiveSession): Promise<void> {
+    live.waking ??= (async () => {
+      const doc = await this.store.load(live.id)
+      if (live.actor || live.finished) return
+      if (!doc) {
+        // Gone from the store meanwhile (destroyed by another node): nothing to wake.
+        this.drop(live, 'not in the store any more')
+        return
+      }
+      const actor = createActor(this.machine, { snapshot: doc.snapshot, input: { context: doc.snapshot.context } })
+      this.bind(live, actor)
+      actor.start()
+      this.options.platform.metrics.sessionsHibernated.dec()
+    })().finally(() => (live.waking = null))
+    return live.waking
+  }
+
   // ---------------------------------------------------------------- commands
 
-  private async obtain(target: SessionTarget): Promise<LiveSession> {
+  /** The live session (restored here if needed, woken unless `wake` is false); 404 unless it lives for the account. */
+  private async obtain(target: SessionTarget, wake = true): Promise<LiveSession> {
     let live = this.live.get(target.sessionId) ?? null
     if (!live) live = await this.restore(target.sessionId)
     if (!live || live.finished || live.accountId !== target.accountId) throw notFound(target.sessionId)
+    if (wake && !live.actor) await this.wake(live)
+    if (live.finished) throw notFound(target.sessionId)
     return live
   }
 
   /** Restores the session here if needed; 404 unless it lives and belongs to the account. */
   async touch(target: SessionTarget): Promise<FeedSubscription['position']> {
-    return this.position(await this.obtain(target))
+    return this.position(await this.obtain(target, false))
   }
 
   private position(live: LiveSession) {
@@ -281,7 +441,7 @@ export class SessionHost {
   }
 
   async subscribe(target: SessionTarget, listener: TransportListener): Promise<FeedSubscription> {
-    const live = await this.obtain(target)
+    const live = await this.obtain(target, false)
     live.listeners.add(listener)
     return { unsubscribe: () => live.listeners.delete(listener), position: this.position(live) }
   }
@@ -289,32 +449,41 @@ export class SessionHost {
   async command(target: SessionTarget, command: SessionCommand): Promise<unknown> {
     if (this.stopped) throw new ApiError(503, 'SHUTTING_DOWN', 'The engine is shutting down; retry on another node')
     const live = await this.obtain(target)
+    live.pins++
+    live.quietSince = 0
+    try {
+      return await this.run(live, command)
+    } finally {
+      live.pins--
+      this.noteQuiet(live)
+    }
+  }
+
+  private async run(live: LiveSession, command: SessionCommand): Promise<unknown> {
     const at = this.now
     switch (command.type) {
       case 'query.history':
         return this.history(live, command.after, command.limit)
       case 'query.snapshot':
         return this.snapshotOf(live)
-      case 'consumer.attach': {
-        if (live.consumers.has(command.consumerId)) return { consumerId: command.consumerId }
-        // Bounded: every listen mints a consumer id, so a long session would collect them
-        // without end; the oldest (most likely long gone) is forgotten first.
-        const max = this.options.platform.config.engine.maxConsumerIdsPerSession
-        live.consumers.add(command.consumerId)
-        for (const oldest of live.consumers) {
-          if (live.consumers.size <= max) break
-          live.consumers.delete(oldest)
-        }
-        await this.store.addConsumer(live.id, command.consumerId, max)
+      case 'consumer.attach':
+        await this.attachConsumer(live, command.consumerId)
         return { consumerId: command.consumerId }
-      }
       case 'user.message':
         if (!live.consumers.has(command.consumerId)) {
           throw new ApiError(400, 'UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
         }
+        // Refused before anything is recorded: a refused message is not in the conversation.
+        // The turn limit applies to a message that would start a turn (one in flight takes it in).
+        this.overload.admit('message', { turnsInFlight: live.busy ? 0 : this.turnsInFlight })
+        touchConsumer(live, command.consumerId)
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
-        if (this.options.durableAcks) await live.writer.flushed()
-        return { accepted: true, state: stateName(live.actor.getSnapshot()) }
+        if (this.options.durableAcks) {
+          await live.writer.flushed()
+          // Acknowledged only once written: a message whose write was given up on is not.
+          if (live.writer.unpersisted) throw new ApiError(503, 'SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { 'Retry-After': '5' })
+        }
+        return { accepted: true, state: stateName(this.awake(live).getSnapshot()) }
       case 'admin.toolinject': {
         const { event, reply } = this.tools.inject(live.crew, command, at)
         this.send(live, event)
@@ -323,7 +492,7 @@ export class SessionHost {
       case 'external.resolve':
         return this.resolve(live, command, at)
       case 'admin.transfer': {
-        const context = live.actor.getSnapshot().context
+        const context = this.awake(live).getSnapshot().context
         if (!context.agents.includes(command.target)) {
           throw new ApiError(400, 'UNKNOWN_AGENT', `Agent ${command.target} is not an agent of crew ${context.crewId}`, { agents: context.agents })
         }
@@ -343,22 +512,38 @@ export class SessionHost {
     }
   }
 
+  /**
+   * A consumer id joins the session (or is used again). Ids are bounded per session: past
+   * ENGINE_MAX_CONSUMER_IDS_PER_SESSION the least recently used is forgotten (its next message is
+   * refused as an unknown consumer; listening again makes it known again).
+   */
+  private async attachConsumer(live: LiveSession, consumerId: string) {
+    if (live.consumers.has(consumerId)) return touchConsumer(live, consumerId)
+    const max = this.options.platform.config.engine.maxConsumerIdsPerSession
+    live.consumers.add(consumerId)
+    for (const oldest of live.consumers) {
+      if (live.consumers.size <= max) break
+      live.consumers.delete(oldest)
+    }
+    await this.store.addConsumer(live.id, consumerId, max)
+  }
+
   /** Sends an event the machine accepts, or refuses it with 409. */
   private send(live: LiveSession, event: SessionEvent) {
     try {
-      assertCan(live.actor.getSnapshot(), event)
+      assertCan(this.awake(live).getSnapshot(), event)
     } catch (error) {
       if (error instanceof IllegalMoveError) {
         throw new ApiError(409, 'INVALID_SESSION_STATE', error.message, { state: error.state, command: error.event })
       }
       throw error
     }
-    live.actor.send(event)
+    this.awake(live).send(event)
     this.afterEvent(live)
   }
 
   private resolve(live: LiveSession, command: Extract<SessionCommand, { type: 'external.resolve' }>, at: number) {
-    const context = live.actor.getSnapshot().context
+    const context = this.awake(live).getSnapshot().context
     const pending = context.pendingTools.find(p => p.correlationId === command.correlationId)
     if (!pending) {
       if (context.resolved.includes(command.correlationId)) {
@@ -420,14 +605,19 @@ export class SessionHost {
   // ---------------------------------------------------------------- after every event
 
   private afterEvent(live: LiveSession) {
-    if (live.finished) return
+    if (live.finished || !live.actor) return
     const snapshot = live.actor.getSnapshot()
     if (snapshot.status !== 'active') return
     this.armTimers(live, snapshot.context)
+    if (live.pins === 0) this.noteQuiet(live)
   }
 
   private armTimers(live: LiveSession, context: SessionContext) {
-    if (live.idleTimer?.deadline !== context.idleDeadline) {
+    live.idleDeadline = context.idleDeadline
+    // Every activity pushes the idle deadline out; the timer armed for an earlier deadline is
+    // kept (no clear and re-arm per message): when it fires, the machine's guard sees the newer
+    // deadline and the timer is armed again for it.
+    if (!live.idleTimer || live.idleTimer.deadline > context.idleDeadline) {
       if (live.idleTimer) clearTimeout(live.idleTimer.timer)
       live.idleTimer = { deadline: context.idleDeadline, timer: this.timer(context.idleDeadline, () => this.expire(live)) }
     }
@@ -457,8 +647,21 @@ export class SessionHost {
   private expire(live: LiveSession) {
     live.idleTimer = null
     if (live.finished) return
+    if (this.now < live.idleDeadline) {
+      // Armed for an earlier deadline; the session was active since.
+      live.idleTimer = { deadline: live.idleDeadline, timer: this.timer(live.idleDeadline, () => this.expire(live)) }
+      return
+    }
+    if (!live.actor) {
+      this.wake(live).then(
+        () => this.expire(live),
+        error => this.options.platform.logger.error('hibernated session could not be woken to expire', { sessionId: live.id, error }),
+      )
+      return
+    }
     const event: SessionEvent = { type: 'session.expire', at: this.now }
-    if (live.actor.getSnapshot().can(event)) live.actor.send(event)
+    const actor = this.awake(live)
+    if (actor.getSnapshot().can(event)) actor.send(event)
     this.afterEvent(live)
   }
 
@@ -466,10 +669,11 @@ export class SessionHost {
     live.toolTimers.delete(correlationId)
     if (live.finished) return
     const event: SessionEvent = { type: 'tool.expire', correlationId, at: this.now }
-    if (live.actor.getSnapshot().can(event)) live.actor.send(event)
+    const actor = this.awake(live) // a session with pending tools is never hibernated
+    if (actor.getSnapshot().can(event)) actor.send(event)
     else {
       // Not due yet by the service clock: arm again for what is left.
-      const pending = live.actor.getSnapshot().context.pendingTools.find(p => p.correlationId === correlationId)
+      const pending = actor.getSnapshot().context.pendingTools.find(p => p.correlationId === correlationId)
       if (pending?.deadline !== undefined) live.toolTimers.set(correlationId, this.timer(pending.deadline, () => this.expireTool(live, correlationId)))
       return
     }
@@ -480,13 +684,15 @@ export class SessionHost {
 
   /** What the session's document keeps of it after a turn; undefined while a reply streams. */
   private snapshotWrite(live: LiveSession): SnapshotWrite | undefined {
+    // Hibernated: its snapshot was written before it was let go.
+    if (!live.actor) return undefined
     const snapshot = live.actor.getSnapshot()
     if (isGenerating(snapshot)) return undefined
     const context = snapshot.context
     return {
       state: snapshot.value === 'paused' ? 'paused' : 'active',
       agentId: context.agentId,
-      snapshot: live.actor.getPersistedSnapshot(),
+      snapshot: JSON.stringify(live.actor.getPersistedSnapshot()),
       logPosition: context.seq,
       eventSeq: live.eventSeq,
       deadlines: { idle: context.idleDeadline, tools: context.pendingTools.flatMap(p => (p.deadline === undefined ? [] : [p.deadline])) },
@@ -497,7 +703,7 @@ export class SessionHost {
   private finish(live: LiveSession) {
     if (live.finished) return
     live.finished = true
-    const context = live.actor.getSnapshot().context
+    const context = this.awake(live).getSnapshot().context
     if (live.idleTimer) clearTimeout(live.idleTimer.timer)
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
     this.emit(live, { kind: 'closed', reason: context.closeReason ?? 'destroyed' })
@@ -515,6 +721,7 @@ export class SessionHost {
       }
       await this.store.deleteLog(live.id)
     })()
+      .finally(() => live.writer.closed())
       .catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
       .finally(() => this.options.leases?.unloaded(live.id, 'finished'))
     const cleanup = live.cleanup
@@ -526,7 +733,7 @@ export class SessionHost {
     await live.writer.flushed()
     const page = await this.store.entriesAfter(live.id, after, limit + 1)
     const entries = page.slice(0, limit).map(entry => ({ ...entry, at: new Date(entry.at).toISOString() }))
-    const snapshot = live.actor.getSnapshot()
+    const snapshot = this.awake(live).getSnapshot()
     return {
       sessionId: live.id,
       state: stateName(snapshot),
@@ -537,7 +744,7 @@ export class SessionHost {
   }
 
   private snapshotOf(live: LiveSession) {
-    const snapshot = live.actor.getSnapshot()
+    const snapshot = this.awake(live).getSnapshot()
     const c = snapshot.context
     const state = stateName(snapshot)
     return {
@@ -561,7 +768,9 @@ export class SessionHost {
             context: { ...c.arguments, ResumenConversacion: c.summary },
           },
           memory: {
+            // The recent window the assistant works with; the whole conversation is GET /history.
             messages: c.messages.map(m => ({ ...m, at: new Date(m.at).toISOString() })),
+            messagesTotal: digestFor(c.digest, c.messages).total,
             pendingTools: c.pendingTools.map(p => ({ ...p, deadline: p.deadline === undefined ? undefined : new Date(p.deadline).toISOString() })),
             replyOwed: c.replyOwed,
           },
@@ -608,14 +817,13 @@ export class SessionHost {
     const orphans = after.filter(e => e.type === 'message.user')
     if (orphans.length) {
       const context = persisted.context as SessionContext
-      const messages: ConversationMessage[] = [
-        ...context.messages,
-        ...orphans.map(e => ({ id: `m${e.seq}`, author: 'user' as const, text: String(e.text), source: 'user' as const, at: e.at })),
-      ]
-      Object.assign(context, { messages, summary: summarize(messages, context.agentId), replyOwed: true })
+      const added: ConversationMessage[] = orphans.map(e => ({ id: `m${e.seq}`, author: 'user' as const, text: String(e.text), source: 'user' as const, at: e.at }))
+      const digest = added.reduce(digestAdd, digestFor(context.digest, context.messages))
+      const messages = recentWindow([...context.messages, ...added], CONTEXT_WINDOW_MESSAGES, CONTEXT_WINDOW_BYTES)
+      Object.assign(context, { messages, digest, summary: summarizeDigest(digest, context.agentId), replyOwed: true })
     }
     const actor = createActor(this.machine, { snapshot: persisted, input: { context: persisted.context } })
-    const live = this.register(sessionId, doc.accountId, crew, actor, doc.consumers)
+    const live = this.register(sessionId, doc.accountId, crew, actor, doc.consumers.slice(-this.options.platform.config.engine.maxConsumerIdsPerSession))
     live.eventSeq = eventSeq
     actor.start()
     const lastSeq = after.at(-1)?.seq ?? 0
@@ -627,6 +835,7 @@ export class SessionHost {
     if (orphans.length) {
       setImmediate(() => {
         const attend: SessionEvent = { type: 'admin.attend', userId: 'system:restore', at: this.now }
+        if (!live.actor) return
         const now = live.actor.getSnapshot()
         // Past its idle deadline it expires instead (a reaped orphan is not answered).
         if (live.finished || !now.matches({ active: 'idle' }) || !now.context.replyOwed || !now.can(attend) || now.context.idleDeadline <= attend.at) return
@@ -651,7 +860,7 @@ export class SessionHost {
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
     live.listeners.clear()
     live.writer.discard()
-    live.actor.stop()
+    this.letGo(live)
     if (this.live.get(live.id) === live) this.live.delete(live.id)
     this.released(live)
     this.options.leases?.unloaded(live.id, 'dropped')
@@ -673,7 +882,7 @@ export class SessionHost {
   async handOver(sessionId: string, timeoutMs: number): Promise<string | undefined> {
     const live = this.live.get(sessionId)
     if (!live || live.finished) return undefined
-    await settled(live.actor, timeoutMs)
+    if (live.actor) await settled(live.actor, timeoutMs)
     if (live.finished) return undefined
     if (live.idleTimer) clearTimeout(live.idleTimer.timer)
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
@@ -682,7 +891,7 @@ export class SessionHost {
     if (live.finished) return undefined
     live.finished = true
     live.listeners.clear()
-    live.actor.stop()
+    this.letGo(live)
     if (this.live.get(live.id) === live) this.live.delete(live.id)
     this.released(live)
     return live.accountId
@@ -691,12 +900,13 @@ export class SessionHost {
   /** Stops actors without destroying sessions: they stay persisted for a restore. */
   async stop() {
     this.stopped = true
+    if (this.hibernation) clearInterval(this.hibernation)
     for (const live of [...this.live.values()]) {
       if (live.idleTimer) clearTimeout(live.idleTimer.timer)
       for (const timer of live.toolTimers.values()) clearTimeout(timer)
       await live.writer.flushed()
       live.finished = true
-      live.actor.stop()
+      this.letGo(live)
       this.released(live)
     }
     this.live.clear()
@@ -705,9 +915,19 @@ export class SessionHost {
 
   /** For tests and the bench: the snapshot of a live session. */
   peek(sessionId: string): SessionSnapshot | undefined {
-    return this.live.get(sessionId)?.actor.getSnapshot()
+    return this.live.get(sessionId)?.actor?.getSnapshot()
   }
 }
+
+/** Most recently used last (a Set keeps insertion order). */
+function touchConsumer(live: LiveSession, consumerId: string) {
+  live.consumers.delete(consumerId)
+  live.consumers.add(consumerId)
+}
+
+/** Between turns with nothing pending (idle or paused): what hibernation needs. */
+const isQuiet = (snapshot: SessionSnapshot) =>
+  snapshot.status === 'active' && (snapshot.matches({ active: 'idle' }) || snapshot.matches('paused')) && snapshot.context.pendingTools.length === 0
 
 const isGenerating = (snapshot: SessionSnapshot) => snapshot.matches({ active: 'generating' })
 const isBusy = (snapshot: SessionSnapshot) => snapshot.status === 'active' && (isGenerating(snapshot) || snapshot.matches({ active: 'tooling' }))

@@ -9,10 +9,11 @@
 import { randomUUID } from 'node:crypto'
 import { ApiError } from '../gateway/errors.js'
 import type { StreamSink } from '../gateway/routes.js'
-import { eventBody, SseStream } from '../gateway/sse.js'
+import { eventBody, HeartbeatWheel, SseStream } from '../gateway/sse.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
-import { isNewer } from './event-log.js'
+import { OverloadGuard } from '../gateway/overload.js'
+import { bodyOf, isNewer } from './event-log.js'
 import type { CreateSessionRequest, SessionTarget, SessionTransport, Subscription, TransportEvent } from './transport.js'
 
 export interface HubOptions {
@@ -50,16 +51,19 @@ class Feed {
 export class ChannelHub {
   private readonly feeds = new Map<string, Feed>()
   private readonly subscribing = new Map<string, Promise<Feed>>()
-  private readonly heartbeatBody: string
+  private readonly heartbeats: HeartbeatWheel
   private shuttingDown = false
+  /** Streams open on this gateway. */
+  private streamsOpen = 0
 
   constructor(
     private readonly transport: SessionTransport,
     private readonly options: HubOptions,
     private readonly metrics: Metrics,
     private readonly logger: Logger,
+    private readonly overload: OverloadGuard = OverloadGuard.off(),
   ) {
-    this.heartbeatBody = eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 })
+    this.heartbeats = new HeartbeatWheel(options.heartbeatMs, eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 }))
   }
 
   /** POST eventstream/{crewId}: creates the session, then opens the creator's stream. */
@@ -68,6 +72,7 @@ export class ChannelHub {
     start: (headers?: Record<string, string>) => StreamSink,
   ) {
     this.refuseWhileStopping()
+    this.overload.admit('session', { streams: this.streamsOpen })
     const sessionId = randomUUID()
     const consumerId = randomUUID()
     const feed = new Feed(sessionId, request.accountId)
@@ -89,6 +94,7 @@ export class ChannelHub {
     start: (headers?: Record<string, string>) => StreamSink,
   ) {
     this.refuseWhileStopping()
+    this.overload.admit('stream', { streams: this.streamsOpen })
     const feed = await this.feedFor(target)
     let consumer = resume.consumerId ? feed.consumers.get(resume.consumerId) : undefined
     // Without Last-Event-ID, a known consumer resumes after what it was last sent, a new one is live.
@@ -135,7 +141,7 @@ export class ChannelHub {
     for (const event of missed) {
       if (event.kind !== 'event' || event.seq <= consumer.position || event.seq > feed.position.seq) continue
       consumer.position = event.seq
-      if (!stream.send(event.seq, eventBody(event.name, event.data))) return this.dropSlow(feed, consumer)
+      if (!stream.send(event.seq, bodyOf(event))) return this.dropSlow(feed, consumer)
     }
   }
 
@@ -199,15 +205,16 @@ export class ChannelHub {
       consumer.retention = null
     }
     const stream = new SseStream(sink, {
-      heartbeatMs: this.options.heartbeatMs,
-      heartbeatBody: this.heartbeatBody,
+      heartbeats: this.heartbeats,
       currentId: () => consumer.position,
       onDropped: () => this.dropSlow(feed, consumer),
     })
     consumer.stream = stream
     this.metrics.sseStreamsOpen.inc()
+    this.streamsOpen++
     sink.onClose(() => {
       this.metrics.sseStreamsOpen.dec()
+      this.streamsOpen--
       if (stream.closedByClient) this.metrics.sseClientDisconnects.inc()
       if (consumer.stream !== stream) return
       consumer.stream = null
@@ -263,8 +270,8 @@ export class ChannelHub {
       if (this.feeds.get(feed.sessionId) === feed) this.feeds.delete(feed.sessionId)
       return
     }
-    // Serialised once; each consumer only prefixes the id.
-    const body = eventBody(event.name, event.data)
+    // Serialised once (and kept so by the session's ring); each consumer only prefixes the id.
+    const body = bodyOf(event)
     for (const consumer of feed.consumers.values()) this.write(feed, consumer, event.seq, body)
   }
 
@@ -325,6 +332,7 @@ export class ChannelHub {
   /** Gateway stop: every open stream is told to reconnect (to another gateway), then ended. */
   shutdown() {
     this.shuttingDown = true
+    this.heartbeats.stop()
     for (const feed of this.feeds.values()) {
       for (const consumer of feed.consumers.values()) {
         if (consumer.retention) clearTimeout(consumer.retention)
@@ -335,6 +343,11 @@ export class ChannelHub {
       feed.subscription?.unsubscribe()
     }
     this.feeds.clear()
+  }
+
+  /** A user message through this gateway: refused (503) while the gateway is overloaded. */
+  admitMessage() {
+    this.overload.admit('message')
   }
 
   /** Open streams on this node (tests, bench). */

@@ -112,6 +112,7 @@ function newHub(platform: Platform, transport: SessionTransport) {
     },
     platform.metrics,
     platform.logger,
+    platform.overload,
   )
 }
 

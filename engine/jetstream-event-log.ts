@@ -73,7 +73,8 @@ export class JetStreamEventLog implements EventLog {
     const h = headers()
     h.set('Nats-Msg-Id', `${sessionId}:${event.epoch}:${event.seq}`)
     try {
-      this.nc.publish(eventsSubject(sessionId), JSON.stringify(event), { headers: h })
+      const { body: _serialisedForStreams, ...wire } = event
+      this.nc.publish(eventsSubject(sessionId), JSON.stringify(wire), { headers: h })
     } catch (error) {
       this.logger.warn('session event not published', { sessionId, seq: event.seq, error })
     }

@@ -10,7 +10,17 @@
 //   active.*, paused ──transfer──▶ (same state, new agent)
 //   active.*, paused ──destroy / idle expiry──▶ destroyed (final)
 import { enqueueActions, fromCallback, setup, type SnapshotFrom } from 'xstate'
-import { applyGuardrails, applyModifiers, summarize, type Guardrail } from './conversation.js'
+import {
+  applyGuardrails,
+  applyModifiers,
+  digestAdd,
+  digestOf,
+  emptyDigest,
+  recentWindow,
+  summarizeDigest,
+  type ConversationDigest,
+  type Guardrail,
+} from './conversation.js'
 import type {
   ConversationMessage,
   HistoryEntry,
@@ -45,7 +55,14 @@ export interface SessionContext {
   modifiers: Modifiers
   guardrails: Guardrail[]
   arguments: Record<string, unknown>
+  /**
+   * The recent window of the conversation (CONTEXT_WINDOW_MESSAGES / _BYTES): what the assistant
+   * is given. The whole conversation is in the history log, so a session's memory does not grow
+   * with the length of its conversation.
+   */
   messages: ConversationMessage[]
+  /** Counts and extracts of the whole conversation, for the summary (absent in snapshots of older versions). */
+  digest?: ConversationDigest
   /** ResumenConversacion. */
   summary: string
   /** Log position: seq of the last history entry. */
@@ -114,6 +131,11 @@ export interface ToolRunInput {
   calls: PendingTool[]
 }
 
+/** The context keeps at most this many recent messages... */
+export const CONTEXT_WINDOW_MESSAGES = 50
+/** ...and about this much of their text. */
+export const CONTEXT_WINDOW_BYTES = 32 * 1024
+
 /** Collects one action's changes: context patch, history entries, published events. */
 class Recorder {
   seq: number
@@ -124,6 +146,10 @@ class Recorder {
   }
   get ctx(): SessionContext {
     return { ...this.base, ...this.patch }
+  }
+  /** One field of the context as patched so far (without copying the context). */
+  current<K extends keyof SessionContext>(key: K): SessionContext[K] {
+    return key in this.patch ? (this.patch[key] as SessionContext[K]) : this.base[key]
   }
   set(patch: Partial<SessionContext>) {
     Object.assign(this.patch, patch)
@@ -136,17 +162,28 @@ class Recorder {
   publish(name: string, data: Record<string, unknown> = {}) {
     this.emitted.push({ type: 'publish', event: { name, data: { sessionId: this.base.sessionId, ...data } } })
   }
-  /** Adds messages to the conversation and refreshes the summary. */
+  /** Replaces the conversation (override, opening context) and refreshes the summary. */
   setMessages(messages: ConversationMessage[]) {
-    this.set({ messages, summary: summarize(messages, this.ctx.agentId) })
+    const digest = digestOf(messages)
+    this.set({ messages: window(messages), digest, summary: summarizeDigest(digest, this.current('agentId')) })
+  }
+  /** Adds messages to the conversation and refreshes the summary. */
+  addMessages(added: ConversationMessage[]) {
+    const digest = added.reduce(digestAdd, digestFor(this.current('digest'), this.current('messages')))
+    this.set({ messages: window([...this.current('messages'), ...added]), digest, summary: summarizeDigest(digest, this.current('agentId')) })
   }
   addMessage(message: ConversationMessage) {
-    this.setMessages([...this.ctx.messages, message])
+    this.addMessages([message])
   }
   touch() {
     this.set({ idleDeadline: this.at + this.base.idleTimeoutMs })
   }
 }
+
+const window = (messages: ConversationMessage[]) => recentWindow(messages, CONTEXT_WINDOW_MESSAGES, CONTEXT_WINDOW_BYTES)
+
+/** The digest of a context; one restored from an older snapshot has none yet (its messages were whole then). */
+export const digestFor = (digest: ConversationDigest | undefined, messages: ConversationMessage[]) => digest ?? digestOf(messages)
 
 function stripUndefined(fields: Record<string, unknown>) {
   const out: Record<string, unknown> = {}
@@ -203,7 +240,8 @@ export function initialContext(input: SessionInput): SessionContext {
     guardrails: input.guardrails ?? [],
     arguments: input.arguments,
     messages: [],
-    summary: summarize([], input.agentId),
+    digest: emptyDigest(),
+    summary: summarizeDigest(emptyDigest(), input.agentId),
     seq: 0,
     replyOwed: false,
     turnId: 0,
@@ -381,13 +419,13 @@ export const sessionMachine = setup({
     }),
     recordAppend: step<Extract<SessionEvent, { type: 'admin.append' }>>((r, e, context) => {
       r.log('context.appended', { userId: e.userId, count: e.messages.length, messages: e.messages })
-      r.setMessages([...context.messages, ...contextMessages(r, e.messages, e.userId)])
+      r.addMessages(contextMessages(r, e.messages, e.userId))
       r.touch()
     }),
     recordOverride: step<Extract<SessionEvent, { type: 'admin.override' }>>((r, e, context) => {
       r.log('context.overridden', {
         userId: e.userId,
-        previousCount: context.messages.length,
+        previousCount: digestFor(context.digest, context.messages).total,
         count: e.messages.length,
         messages: e.messages,
         arguments: e.arguments,
@@ -425,7 +463,7 @@ export const sessionMachine = setup({
     recordTransfer: step<Extract<SessionEvent, { type: 'admin.transfer' }>>((r, e, context) => {
       r.log('agent.transferred', { userId: e.userId, from: context.agentId, to: e.target, reason: e.reason })
       r.set({ agentId: e.target, transfers: context.transfers + 1 })
-      r.set({ summary: summarize(context.messages, e.target) })
+      r.set({ summary: summarizeDigest(digestFor(context.digest, context.messages), e.target) })
       r.publish('session.transferred', { from: context.agentId, agentId: e.target })
       r.touch()
     }),

@@ -6,7 +6,7 @@
 // from any gateway. A write can land a little after the time it carries (write-behind, clocks
 // of different nodes), so each tick reads back a short window and skips what it already sent;
 // a resumed feed may repeat the changes of that window, which a client applies by sessionId.
-import { eventBody, parseLastEventId, SseStream } from '../gateway/sse.js'
+import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gateway/sse.js'
 import { ApiError } from '../gateway/errors.js'
 import type { StreamRoute } from '../gateway/routes.js'
 import type { Clock } from '../platform/clock.js'
@@ -26,7 +26,7 @@ export interface FeedOptions {
 export const FEED_DEFAULTS: FeedOptions = { pollMs: 250, lagMs: 2000, heartbeatMs: 15_000, batch: 1000 }
 
 export function feedRoute(directory: SessionDirectory, clock: Clock, options: FeedOptions = FEED_DEFAULTS): StreamRoute {
-  const heartbeatBody = eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 })
+  const heartbeats = new HeartbeatWheel(options.heartbeatMs, eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 }))
   return {
     kind: 'stream',
     method: 'get',
@@ -51,7 +51,7 @@ export function feedRoute(directory: SessionDirectory, clock: Clock, options: Fe
       let position = lastEventId ?? clock.now()
       const sent = new Map<string, number>()
       const sink = start({ 'cache-control': 'no-cache' })
-      const stream = new SseStream(sink, { heartbeatMs: options.heartbeatMs, heartbeatBody, currentId: () => position, onDropped: () => stream.end() })
+      const stream = new SseStream(sink, { heartbeats, currentId: () => position, onDropped: () => stream.end() })
       stream.send(position, eventBody('feed.ready', { since: position }))
       let timer: NodeJS.Timeout | undefined
       let reading = false

@@ -31,7 +31,7 @@ interface SessionDoc extends Doc {
   eventSeq?: number
 }
 
-interface LogDoc extends Doc {
+export interface LogDoc extends Doc {
   sessionId: string
   seq: number
   at: number
@@ -59,8 +59,8 @@ export interface NewSession {
 export interface SnapshotWrite {
   state: LiveState
   agentId: string
-  /** `actor.getPersistedSnapshot()`. */
-  snapshot: unknown
+  /** `actor.getPersistedSnapshot()` as JSON text (encoded by the writer, which tells an unencodable snapshot from a store failure). */
+  snapshot: string
   logPosition: number
   eventSeq: number
   deadlines: SessionDeadlines
@@ -127,16 +127,23 @@ export class SessionStore {
     })
   }
 
+  /** Records a new consumer id; only the last `keep` are kept (the session's consumer ids are bounded). */
   async addConsumer(sessionId: string, consumerId: string, keep: number) {
-    // The newest `keep` ids stay (the caller adds only an id the session does not have yet).
     await this.sessions.updateOne({ _id: sessionId }, { $push: { consumers: { $each: [consumerId], $slice: -keep } } })
   }
 
+  /** The log documents of `entries` (throws when an entry cannot be encoded). */
+  logDocs(sessionId: string, entries: HistoryEntry[]): LogDoc[] {
+    return entries.map(entry => ({ _id: `${sessionId}:${entry.seq}`, sessionId, seq: entry.seq, at: entry.at, type: entry.type, entry: JSON.stringify(entry) }))
+  }
+
+  /** Writes log documents of any number of sessions at once (a retry skips those already written). */
+  async insertLogDocs(docs: LogDoc[]) {
+    await this.log.insertMany(docs, { ordered: false })
+  }
+
   async appendLog(sessionId: string, entries: HistoryEntry[]) {
-    await this.log.insertMany(
-      entries.map(entry => ({ _id: `${sessionId}:${entry.seq}`, sessionId, seq: entry.seq, at: entry.at, type: entry.type, entry: JSON.stringify(entry) })),
-      { ordered: false },
-    )
+    await this.insertLogDocs(this.logDocs(sessionId, entries))
   }
 
   /** Writes the snapshot unless the session is destroyed or fenced by a newer owner; answers whether it did. */
@@ -147,7 +154,7 @@ export class SessionStore {
         $set: {
           state: write.state,
           agentId: write.agentId,
-          snapshot: JSON.stringify(write.snapshot),
+          snapshot: write.snapshot,
           logPosition: write.logPosition,
           eventSeq: write.eventSeq,
           deadlines: write.deadlines,
@@ -177,7 +184,8 @@ export class SessionStore {
     return {
       accountId: doc.accountId,
       crewId: doc.crewId,
-      consumers: doc.consumers,
+      // Bounded on write; a consumer re-attached may appear twice.
+      consumers: [...new Set(doc.consumers)],
       logPosition: doc.logPosition,
       eventSeq: doc.eventSeq ?? 0,
       snapshot: JSON.parse(doc.snapshot),

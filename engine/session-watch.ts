@@ -5,7 +5,7 @@
 // transport directly, so it is no channel consumer (no consumer slot, no delivery position).
 // Presence: who watches which session, from the open watch streams of this process.
 import { ApiError } from '../gateway/errors.js'
-import { eventBody, parseLastEventId, SseStream } from '../gateway/sse.js'
+import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gateway/sse.js'
 import type { StreamRoute } from '../gateway/routes.js'
 import type { SessionTransport } from './transport.js'
 import { userIdOf, uuidParam } from './routes/common.js'
@@ -35,7 +35,7 @@ export class Presence {
 }
 
 export function watchRoute(transport: SessionTransport, presence: Presence, options = { pollMs: 300, heartbeatMs: 15_000 }): StreamRoute {
-  const heartbeatBody = eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 })
+  const heartbeats = new HeartbeatWheel(options.heartbeatMs, eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 }))
   return {
     kind: 'stream',
     method: 'get',
@@ -61,7 +61,7 @@ export function watchRoute(transport: SessionTransport, presence: Presence, opti
       // The history answers 404 for a missing or foreign session before the stream starts.
       const first = (await transport.command(target, { type: 'query.history', after, limit: 1000 })) as { data: { seq: number }[] }
       const sink = start({ 'cache-control': 'no-cache' })
-      const stream = new SseStream(sink, { heartbeatMs: options.heartbeatMs, heartbeatBody, currentId: () => after, onDropped: () => stream.end() })
+      const stream = new SseStream(sink, { heartbeats, currentId: () => after, onDropped: () => stream.end() })
       presence.enter(target.sessionId, userId)
       // A first frame at once: a client sees the stream open even when nothing is new yet.
       stream.send(after, eventBody('watch.ready', { sessionId: target.sessionId, after }))

@@ -1,10 +1,19 @@
-// One live session's write-behind: its history entries are written as they come (a burst
-// coalesces into one insert), then the snapshot that points past them, but only between turns
-// (a streamed reply costs one snapshot write, not one per step), and its report record through
-// a RecordWriter. Over NATS, writing stops for good once another node may own the session.
+// Write-behind of live sessions: history entries, then the snapshot that points past them (only
+// between turns: a streamed reply costs one snapshot write, not one per step), and the report
+// record through a RecordWriter. Off the turn's path and batched: a change only marks its
+// session dirty; one WriteBehind per host flushes dirty sessions a batch per macrotask (one
+// insert for the log entries of the whole batch), yielding between batches so streams and
+// turns are served first. Over NATS, writing stops for good once another node may own the
+// session.
+//
+// A write that keeps failing is not retried forever: a store error is retried with back-off a
+// few times, an entry or snapshot that cannot be encoded is not retried at all; then the
+// session is marked unpersisted (logged once, counted, shown by /healthz) and its writer waits
+// for the session's next change to try once more (a success clears the mark).
 import type { Logger } from '../platform/logger.js'
+import type { Metrics } from '../platform/metrics.js'
 import type { RecordWriter } from './record-writer.js'
-import type { SessionStore, SnapshotWrite } from './session-store.js'
+import type { LogDoc, SessionStore, SnapshotWrite } from './session-store.js'
 import type { HistoryEntry } from './types.js'
 
 /** What the writer asks the actor host about the session it writes. */
@@ -12,64 +21,194 @@ export interface WrittenSession {
   readonly id: string
   /** Ended or let go on this node: pending history is still written, the snapshot no more. */
   finished(): boolean
-  /** The snapshot to write now; undefined while a reply streams (see turnEnded). */
+  /** The snapshot to write now; undefined while a reply streams (see turnEnded). Throws when it cannot be encoded. */
   snapshot(): SnapshotWrite | undefined
   /** This node's fencing token for the session (undefined: none, or one process). */
   fence(): number | undefined
   /** Another node may own the session now: the host lets it go without touching the store. */
   lost(why: string): void
-  /** Writing kept failing and has stopped: the host marks the session and says so. */
-  persistenceStopped(error: unknown): void
 }
 
-export interface SessionWriterOptions {
+export interface WriteBehindOptions {
   store: SessionStore
-  records: RecordWriter
   logger: Logger
+  metrics: Metrics
   /** Engine nodes over NATS: writes need the session's lease and are fenced by its token. */
   fenced: boolean
   /** The host is stopping: a failed write is not retried. */
   stopping(): boolean
-  /** Consecutive failed writes after which the writer stops (backoff doubles from 250 ms, ≤ 10 s). */
-  maxFailures: number
-  /** Counts each failed write (a metric). */
-  onFailure(): void
+  /** Sessions flushed per macrotask (default 64). */
+  batch?: number
+  /** Attempts of a write the store refuses before the session is marked unpersisted (ENGINE_PERSIST_MAX_FAILURES). */
+  maxAttempts?: number
+  /** First back-off after a failed write, doubled on each further failure (default 250 ms). */
+  retryMs?: number
 }
 
-const FIRST_RETRY_MS = 250
-const MAX_RETRY_MS = 10_000
+/** History entries held for a session whose writes fail; beyond this the oldest are dropped (and counted). */
+const MAX_PENDING_ENTRIES = 2000
 
+/** Thrown by encoding (an entry or snapshot that is not serialisable): retrying cannot help. */
+class EncodingError extends Error {
+  override name = 'EncodingError'
+}
+
+/** One host's write-behind: the sessions with something to write, flushed in batches. */
+export class WriteBehind {
+  private readonly dirty = new Set<SessionWriter>()
+  private running: Promise<void> | null = null
+  private readonly unpersisted = new Map<string, string>()
+  readonly batch: number
+  readonly maxAttempts: number
+  readonly retryMs: number
+
+  constructor(readonly options: WriteBehindOptions) {
+    this.batch = options.batch ?? 64
+    this.maxAttempts = options.maxAttempts ?? 8
+    this.retryMs = options.retryMs ?? 250
+  }
+
+  /** A writer for one live session. */
+  writer(session: WrittenSession, records: RecordWriter): SessionWriter {
+    return new SessionWriter(session, records, this)
+  }
+
+  /** Sessions whose writes failed and were given up on (until a later write succeeds). */
+  unpersistedSessions(): { count: number; sessions: string[] } {
+    return { count: this.unpersisted.size, sessions: [...this.unpersisted.keys()].slice(0, 20) }
+  }
+
+  /** @internal */
+  mark(writer: SessionWriter) {
+    this.dirty.add(writer)
+    if (!this.running) this.running = this.run().finally(() => (this.running = null))
+  }
+
+  /** @internal the session's writes are given up on: said once, counted, shown by /healthz. */
+  gaveUp(writer: SessionWriter, error: unknown, attempts: number) {
+    if (this.unpersisted.has(writer.session.id)) return
+    this.unpersisted.set(writer.session.id, error instanceof Error ? error.message : String(error))
+    this.options.metrics.sessionsPersistenceStopped.set(this.unpersisted.size)
+    this.options.logger.error('session persistence failed; the session goes on but is not persisted (retried on its next change)', {
+      sessionId: writer.session.id,
+      attempts,
+      error,
+    })
+  }
+
+  /** @internal a write succeeded again, or the session is gone. */
+  cleared(writer: SessionWriter, recovered: boolean) {
+    if (!this.unpersisted.delete(writer.session.id)) return
+    this.options.metrics.sessionsPersistenceStopped.set(this.unpersisted.size)
+    if (recovered) this.options.logger.info('session persisted again', { sessionId: writer.session.id })
+  }
+
+  /** Resolves once nothing is dirty or being written. */
+  async idle() {
+    while (this.running) await this.running
+  }
+
+  private async run() {
+    while (this.dirty.size > 0) {
+      // Yield first: the turn that made the change, and every stream write, go before its persistence.
+      await new Promise(resolve => setImmediate(resolve))
+      const writers: SessionWriter[] = []
+      for (const writer of this.dirty) {
+        this.dirty.delete(writer)
+        writers.push(writer)
+        if (writers.length >= this.batch) break
+      }
+      await this.flush(writers)
+    }
+  }
+
+  /** One batch: every writer's log entries in one insert, then each snapshot (fenced writes are per session). */
+  private async flush(writers: SessionWriter[]) {
+    const { store, fenced } = this.options
+    const taken: { writer: SessionWriter; entries: HistoryEntry[]; docs: LogDoc[] }[] = []
+    for (const writer of writers) {
+      const { session } = writer
+      if (fenced && !session.finished() && session.fence() === undefined) {
+        // The lease is gone (not renewed in time, or taken over): another node may own the
+        // session now, so nothing more is written from here.
+        writer.discard()
+        session.lost('lease lost')
+        writer.settle()
+        continue
+      }
+      const entries = writer.takeEntries()
+      try {
+        taken.push({ writer, entries, docs: encode(() => store.logDocs(session.id, entries)) })
+      } catch (error) {
+        writer.failed(entries, error)
+      }
+    }
+    const docs = taken.flatMap(t => t.docs)
+    let logError: unknown = null
+    if (docs.length) {
+      try {
+        await store.insertLogDocs(docs)
+      } catch (error) {
+        logError = error
+      }
+    }
+    await Promise.all(
+      taken.map(async ({ writer, entries }) => {
+        if (logError && entries.length) return writer.failed(entries, logError)
+        try {
+          await writer.writeSnapshot()
+          writer.succeeded()
+        } catch (error) {
+          writer.failed([], error)
+        }
+      }),
+    )
+  }
+}
+
+function encode<T>(produce: () => T): T {
+  try {
+    return produce()
+  } catch (error) {
+    throw new EncodingError(`not serialisable: ${(error as Error).message}`)
+  }
+}
+
+/** One live session's share of the write-behind. */
 export class SessionWriter {
   private pending: HistoryEntry[] = []
-  private dirty = false
-  private flushing: Promise<void> | null = null
   /** A snapshot write waits for the reply in progress to finish (snapshots are per turn). */
   private snapshotDue = false
-  private failures = 0
-  /** Gave up after maxFailures: nothing more is written for this session. */
-  private stopped = false
+  private snapshotWanted = false
+  /** Changes asked for / changes written (or given up on): flushed() waits for the latter to catch up. */
+  private asked = 0
+  private done = 0
+  private waiters: { upTo: number; resolve: () => void }[] = []
+  private attempts = 0
+  private retry: NodeJS.Timeout | null = null
+  private givenUp = false
+  private inBatch = 0
 
   constructor(
-    private readonly session: WrittenSession,
-    private readonly options: SessionWriterOptions,
+    readonly session: WrittenSession,
+    readonly records: RecordWriter,
+    private readonly owner: WriteBehind,
   ) {}
-
-  get records(): RecordWriter {
-    return this.options.records
-  }
 
   /** Takes the session's next history entry. */
   append(entry: HistoryEntry) {
     this.pending.push(entry)
-    this.options.records.note(entry)
+    if (this.pending.length > MAX_PENDING_ENTRIES) this.pending.splice(0, this.pending.length - MAX_PENDING_ENTRIES)
+    this.records.note(entry)
     this.schedule()
   }
 
   /** Writes what is pending and the snapshot, soon. */
   schedule() {
-    if (this.stopped) return
-    this.dirty = true
-    if (!this.flushing) this.flushing = this.persist().finally(() => (this.flushing = null))
+    this.asked++
+    this.snapshotWanted = true
+    if (this.retry) return // a back-off is running: the retry takes this change too
+    this.owner.mark(this)
   }
 
   /** The session is between turns again: a snapshot skipped during the reply is written now. */
@@ -82,63 +221,100 @@ export class SessionWriter {
   /** Forgets what is not written yet (the session is owned elsewhere). */
   discard() {
     this.pending = []
+    this.snapshotWanted = false
+    if (this.retry) clearTimeout(this.retry)
+    this.retry = null
+    this.owner.cleared(this, false)
   }
 
   /** Resolves once everything asked for so far is written (or given up). */
   async flushed() {
-    while (this.flushing) await this.flushing
-    await this.options.records.written()
+    if (this.done < this.asked && !this.givenUp) {
+      const upTo = this.asked
+      await new Promise<void>(resolve => this.waiters.push({ upTo, resolve }))
+    }
+    await this.records.written()
   }
 
-  /** Writes pending log entries, then the snapshot that points past them; coalesces bursts. */
-  private async persist() {
+  /** Nothing to write, nothing being written: what the session is now is in the store. */
+  quiet(): boolean {
+    return this.pending.length === 0 && !this.snapshotWanted && !this.snapshotDue && !this.retry && !this.givenUp && this.done >= this.asked
+  }
+
+  /** Whether the session's writes were given up on (until a later write succeeds). */
+  get unpersisted() {
+    return this.givenUp
+  }
+
+  /** @internal */
+  takeEntries(): HistoryEntry[] {
+    this.inBatch = this.asked
+    return this.pending.splice(0)
+  }
+
+  /** @internal writes the snapshot if one is wanted now (log entries are already written). */
+  async writeSnapshot() {
     const { session } = this
-    const { store, records, logger, fenced } = this.options
-    await new Promise(resolve => setImmediate(resolve))
-    while (this.dirty) {
-      if (fenced && !session.finished() && session.fence() === undefined) {
-        // The lease is gone (not renewed in time, or taken over): another node may own the
-        // session now, so nothing more is written from here.
-        session.lost('lease lost')
-        return
-      }
-      this.dirty = false
-      const entries = this.pending.splice(0)
-      try {
-        if (entries.length) await store.appendLog(session.id, entries)
-        if (session.finished()) continue
-        const snapshot = session.snapshot()
-        if (!snapshot) {
-          this.snapshotDue = true
-          continue
-        }
-        // The record's counters go with the snapshot: one write per turn.
-        records.flushCounts()
-        const written = await store.writeSnapshot(session.id, snapshot, session.fence())
-        if (fenced && !written && !session.finished()) {
-          session.lost('fenced: another node took the session over')
-          return
-        }
-        this.failures = 0
-      } catch (error) {
-        this.options.onFailure()
-        this.failures++
-        this.pending.unshift(...entries)
-        if (this.failures >= this.options.maxFailures) {
-          // A store that refuses the same write this often will not take it on the next try
-          // either (or is down for longer than a session should wait): stop, and say so once.
-          this.stopped = true
-          this.dirty = false
-          this.pending = []
-          logger.error('session persistence stopped after repeated failures', { sessionId: session.id, failures: this.failures, error })
-          session.persistenceStopped(error)
-          return
-        }
-        if (this.failures === 1) logger.warn('session persistence failed; retrying', { sessionId: session.id, error })
-        this.dirty = true
-        await new Promise(resolve => setTimeout(resolve, Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** (this.failures - 1))))
-        if (this.options.stopping()) return
-      }
+    if (!this.snapshotWanted || session.finished()) return
+    const snapshot = encode(() => session.snapshot())
+    if (!snapshot) {
+      this.snapshotDue = true
+      return
     }
+    this.snapshotWanted = false
+    // The record's counters go with the snapshot: one write per turn.
+    this.records.flushCounts()
+    const written = await this.owner.options.store.writeSnapshot(session.id, snapshot, session.fence())
+    if (this.owner.options.fenced && !written && !session.finished()) session.lost('fenced: another node took the session over')
+  }
+
+  /** @internal */
+  succeeded() {
+    this.attempts = 0
+    if (this.givenUp) {
+      this.givenUp = false
+      this.owner.cleared(this, true)
+    }
+    this.settle(this.inBatch)
+  }
+
+  /** @internal the entries go back in front; retried with back-off, or given up on. */
+  failed(entries: HistoryEntry[], error: unknown) {
+    if (entries.length) this.pending.unshift(...entries)
+    if (this.pending.length > MAX_PENDING_ENTRIES) this.pending.splice(0, this.pending.length - MAX_PENDING_ENTRIES)
+    this.snapshotWanted = true
+    this.attempts++
+    const { maxAttempts, retryMs, options } = this.owner
+    options.metrics.sessionPersistenceFailures.inc()
+    if (error instanceof EncodingError || this.attempts >= maxAttempts || this.givenUp || options.stopping()) {
+      // Not retried: the next change of the session tries once more.
+      this.owner.gaveUp(this, error, this.attempts)
+      this.givenUp = true
+      this.settle()
+      return
+    }
+    options.logger.warn('session write failed; retrying', { sessionId: this.session.id, attempt: this.attempts, error })
+    if (this.retry) clearTimeout(this.retry)
+    this.retry = setTimeout(() => {
+      this.retry = null
+      this.owner.mark(this)
+    }, retryMs * 2 ** (this.attempts - 1))
+    this.retry.unref()
+  }
+
+  /** @internal wakes flushed() callers up to `upTo` (default: everything asked so far). */
+  settle(upTo = this.asked) {
+    this.done = Math.max(this.done, upTo)
+    const waiting = this.waiters
+    this.waiters = []
+    for (const waiter of waiting) {
+      if (this.givenUp || waiter.upTo <= this.done) waiter.resolve()
+      else this.waiters.push(waiter)
+    }
+  }
+
+  /** The session ended for good: the unpersisted mark (if any) goes with it. */
+  closed() {
+    this.owner.cleared(this, false)
   }
 }

@@ -38,14 +38,57 @@ export function parseLastEventId(raw: string | undefined | null): number | undef
 }
 
 export interface SseStreamOptions {
-  heartbeatMs: number
-  /** Frame body of the heartbeat (event `hearthbeat`, spelled as the interface spells it). */
-  heartbeatBody: string
+  /** Sends this stream's heartbeats. */
+  heartbeats: HeartbeatWheel
   /** Id of the heartbeat frame: the last event the consumer was sent (a heartbeat is no event). */
   currentId: () => number
   onDropped: () => void
   /** Hears a throw from this stream's timers (heartbeat, coalesced flush); the stream is ended. */
   onFault?: (error: unknown) => void
+}
+
+/**
+ * Heartbeats of every stream, from one timer: streams are spread over SLOTS slots and each tick
+ * (every intervalMs / SLOTS) beats one slot, so every stream still beats once per interval but
+ * no tick writes to every stream at once, and a stream costs no timer of its own.
+ */
+export class HeartbeatWheel {
+  static readonly SLOTS = 16
+  private readonly slots: Set<SseStream>[] = Array.from({ length: HeartbeatWheel.SLOTS }, () => new Set())
+  private cursor = 0
+  private next = 0
+  private timer: NodeJS.Timeout | null = null
+
+  /** `body`: the heartbeat frame's lines (event `hearthbeat`, spelled as the interface spells it). */
+  constructor(readonly intervalMs: number, readonly body: string) {}
+
+  /** @internal */
+  add(stream: SseStream): number {
+    const slot = this.next
+    this.next = (this.next + 1) % HeartbeatWheel.SLOTS
+    this.slots[slot]!.add(stream)
+    if (!this.timer) {
+      this.timer = setInterval(() => this.tick(), Math.max(1, Math.floor(this.intervalMs / HeartbeatWheel.SLOTS)))
+      this.timer.unref()
+    }
+    return slot
+  }
+
+  /** @internal */
+  remove(stream: SseStream, slot: number) {
+    this.slots[slot]!.delete(stream)
+  }
+
+  private tick() {
+    const slot = this.slots[this.cursor]!
+    this.cursor = (this.cursor + 1) % HeartbeatWheel.SLOTS
+    for (const stream of slot) stream.beat(this.body)
+  }
+
+  stop() {
+    if (this.timer) clearInterval(this.timer)
+    this.timer = null
+  }
 }
 
 /** Streams with frames waiting for the end of the current macrotask. */
@@ -67,7 +110,7 @@ function flushAll() {
  * bound the stream reports it through onDropped so the owner drops the consumer.
  */
 export class SseStream {
-  private readonly heartbeat: NodeJS.Timeout
+  private readonly slot: number
   private endedByServer = false
   private pending = ''
   private pendingLastId = 0
@@ -75,13 +118,17 @@ export class SseStream {
   lastWrittenId = 0
 
   constructor(readonly sink: StreamSink, private readonly options: SseStreamOptions) {
-    this.heartbeat = setInterval(() => this.guarded(() => this.send(this.options.currentId(), this.options.heartbeatBody)), options.heartbeatMs)
-    this.heartbeat.unref()
+    this.slot = options.heartbeats.add(this)
     sink.onClose(() => {
-      clearInterval(this.heartbeat)
+      options.heartbeats.remove(this, this.slot)
       this.pending = ''
       pendingFlush.delete(this)
     })
+  }
+
+  /** @internal a heartbeat frame, with the id of the last event sent. */
+  beat(body: string) {
+    this.guarded(() => this.send(this.options.currentId(), body))
   }
 
   get closed() {
@@ -95,7 +142,7 @@ export class SseStream {
     } catch (error) {
       if (this.options.onFault) this.options.onFault(error)
       else this.sink.reportFault?.(error)
-      clearInterval(this.heartbeat)
+      this.options.heartbeats.remove(this, this.slot)
       this.pending = ''
       pendingFlush.delete(this)
       try {
@@ -140,7 +187,7 @@ export class SseStream {
     this.flush()
     if (this.sink.closed) return
     this.endedByServer = true
-    clearInterval(this.heartbeat)
+    this.options.heartbeats.remove(this, this.slot)
     if (last) this.sink.write(frame(last.id, last.body))
     this.sink.end()
   }
@@ -154,7 +201,7 @@ export class SseStream {
     this.endedByServer = true
     this.pending = ''
     pendingFlush.delete(this)
-    clearInterval(this.heartbeat)
+    this.options.heartbeats.remove(this, this.slot)
     if (this.sink.abandon) this.sink.abandon(frame(last.id, last.body))
     else this.end(last)
   }

@@ -52,6 +52,8 @@ export interface Config {
     chunkSize: number
     uploadSigningSecret: string
     workerConcurrency: number
+    /** Worker threads that validate large contact loads off the event loop; 0 = inline. */
+    validationThreads: number
     /** Selection-cycle period of the dialing scheduler in worker processes; 0 = no timer. */
     cycleMs: number
     /** Attempts in flight at once per batch (a batch's rules.maxInFlight may lower it). */
@@ -90,6 +92,8 @@ export interface Config {
   channel: {
     heartbeatMs: number
     replayBufferEvents: number
+    /** In one process: bytes of serialised events kept per session for replay (the ring is also bounded by count and age). */
+    replayBufferBytes: number
     consumerBufferBytes: number
     /** How long a consumer without an open stream is kept for Last-Event-ID resumption. */
     consumerRetentionMs: number
@@ -112,10 +116,19 @@ export interface Config {
     drainTimeoutMs: number
     /** How often a session host closes orphans: sessions live in the store, on no node, past their idle deadline. */
     reaperIntervalMs: number
-    /** Consecutive failed write-behind attempts after which a session's persistence stops. */
+    /** Attempts of a write the store refuses before a session is marked not persisted (its next change tries again). */
     persistMaxFailures: number
-    /** Consumer ids a session remembers (over every gateway); past it the oldest is forgotten. */
+    /** Consumer ids a session remembers (over every gateway); past it the least recently used is forgotten. */
     maxConsumerIdsPerSession: number
+    /** A session quiet this long lets its actor go (woken from its snapshot by its next command); 0 = never. */
+    hibernateAfterMs: number
+  }
+  /** Overload control (gateway/overload.ts): past these, new work is refused with 503 and Retry-After. */
+  overload: {
+    loopDelayMs: number
+    maxStreams: number
+    maxTurnsInFlight: number
+    retryAfterSeconds: number
   }
   crewsFile: string
   reportsFile: string
@@ -220,6 +233,7 @@ export function loadConfig(env: Env = process.env): Config {
       // A random secret per process is fine for one embedded node; a cluster must share one.
       uploadSigningSecret: signingSecret || randomSecret(),
       workerConcurrency: int(env, 'DIALER_WORKER_CONCURRENCY', 4, 1),
+      validationThreads: int(env, 'DIALER_VALIDATION_THREADS', 1, 0),
       cycleMs: int(env, 'DIALER_CYCLE_MS', 1000, 0),
       maxInFlightPerBatch: int(env, 'DIALER_MAX_IN_FLIGHT_PER_BATCH', 50, 1),
       maxInFlightPerAccount: int(env, 'DIALER_MAX_IN_FLIGHT_PER_ACCOUNT', 200, 1),
@@ -252,6 +266,7 @@ export function loadConfig(env: Env = process.env): Config {
     channel: {
       heartbeatMs: int(env, 'SSE_HEARTBEAT_MS', 30_000, 10),
       replayBufferEvents: int(env, 'SSE_REPLAY_BUFFER_EVENTS', 1000, 1),
+      replayBufferBytes: int(env, 'SSE_REPLAY_BUFFER_BYTES', 32 * 1024, 1024),
       consumerBufferBytes: int(env, 'SSE_CONSUMER_BUFFER_BYTES', 1024 * 1024, 1024),
       consumerRetentionMs: int(env, 'SSE_CONSUMER_RETENTION_MS', 5 * 60_000, 0),
       eventRetentionMs: int(env, 'SSE_EVENT_RETENTION_MS', 60 * 60_000, 1000),
@@ -267,6 +282,13 @@ export function loadConfig(env: Env = process.env): Config {
       reaperIntervalMs: int(env, 'ENGINE_REAPER_INTERVAL_MS', 60_000, 10),
       persistMaxFailures: int(env, 'ENGINE_PERSIST_MAX_FAILURES', 8, 1),
       maxConsumerIdsPerSession: int(env, 'ENGINE_MAX_CONSUMER_IDS_PER_SESSION', 64, 1),
+      hibernateAfterMs: int(env, 'ENGINE_HIBERNATE_AFTER_MS', 10_000, 0),
+    },
+    overload: {
+      loopDelayMs: int(env, 'OVERLOAD_LOOP_DELAY_MS', 200, 0),
+      maxStreams: int(env, 'OVERLOAD_MAX_STREAMS', 20_000, 0),
+      maxTurnsInFlight: int(env, 'ENGINE_MAX_TURNS_IN_FLIGHT', 2000, 0),
+      retryAfterSeconds: int(env, 'OVERLOAD_RETRY_AFTER_S', 1, 1),
     },
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',

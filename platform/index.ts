@@ -5,6 +5,7 @@ import type { Clock } from './clock.js'
 import type { Config } from './config.js'
 import type { Logger } from './logger.js'
 import type { Metrics } from './metrics.js'
+import type { OverloadGuard } from '../gateway/overload.js'
 import type { Store } from './store/index.js'
 
 export interface Platform {
@@ -14,4 +15,6 @@ export interface Platform {
   clock: Clock
   logger: Logger
   metrics: Metrics
+  /** Refuses new work past what the process can serve (absent: never refuses). */
+  overload?: OverloadGuard
 }

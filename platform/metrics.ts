@@ -20,8 +20,11 @@ export interface Metrics {
   sessionsLive: Gauge<'crew'>
   /** Failed write-behind attempts of live sessions (each retry counts). */
   sessionPersistenceFailures: Counter
-  /** Live sessions whose write-behind gave up: their state is no longer being saved. */
+  /** Live sessions whose write-behind gave up: not saved until a later write succeeds. */
   sessionsPersistenceStopped: Gauge
+  sessionsHibernated: Gauge
+  overloadRefused: Counter<'reason'>
+  eventLoopDelayP99: Gauge
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -103,7 +106,23 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     }),
     sessionsPersistenceStopped: new Gauge({
       name: 'switchboard_sessions_persistence_stopped',
-      help: 'Live sessions whose write-behind gave up after repeated failures: not saved any more',
+      help: 'Live sessions whose write-behind gave up after repeated failures (tried again on their next change)',
+      registers,
+    }),
+    overloadRefused: new Counter({
+      name: 'switchboard_overload_refused_total',
+      help: 'New sessions, streams and messages refused with 503 because the process is past what it can serve, by reason (loop_delay, streams, turns)',
+      labelNames: ['reason'],
+      registers,
+    }),
+    eventLoopDelayP99: new Gauge({
+      name: 'switchboard_event_loop_delay_p99_seconds',
+      help: 'p99 event-loop delay over the last 250 ms window (what the overload guard watches)',
+      registers,
+    }),
+    sessionsHibernated: new Gauge({
+      name: 'switchboard_sessions_hibernated',
+      help: 'Live sessions whose actor is let go while they are quiet (woken from their snapshot by their next command)',
       registers,
     }),
   }

@@ -1,11 +1,21 @@
-// SSE bench: N concurrent sessions, each with an open stream; user messages sent at a fixed
-// rate (open loop) and timed from the PUT to the `assistant.message` frame read by the client;
-// then a closed-loop burst for the events/s ceiling. The same run drives a plain node:http SSE
-// server doing the same protocol work (bench/sse/server.ts baseline) for the ratio. Servers run
-// in child processes; everything stays on 127.0.0.1; the whole run is bounded (~2.5 min).
+// SSE bench: the assistant channel against a bare uWebSockets.js SSE server doing the channel's
+// protocol work (bench/sse/server.ts `uws`; `node` is the same on node:http), in the same run,
+// servers in child processes, everything on 127.0.0.1. Per target and run:
+//   1. open SESSIONS streams (each its own socket, POST eventstream/{crewId});
+//   2. for each rate in RATES: RATE user messages/s (open loop) spread over those sessions for
+//      SECONDS after a warm-up second, each timed from the PUT to its `assistant.message` frame
+//      on the stream; the server reports its event-loop delay (perf_hooks.monitorEventLoopDelay,
+//      1 ms resolution), CPU time, GC pauses and old-space growth over the same window;
+//   3. open more streams up to HOLD (the open rate) and report RSS and heap per held session, right
+//      after opening and once they are held quiet for BENCH_HOLD_SETTLE_MS (12 s: quiet sessions
+//      hibernate after 10 s), each the marginal cost of the streams added in this phase.
+// RUNS runs of each target, alternating; the report gives the median of the runs, and the ratio
+// to the baseline measured in the same run. Capacity: the highest rate of RATES whose p99 < 10 ms.
 //
 //   node --import @tapjs/typescript/import bench/sse/run.ts
-//   BENCH_SESSIONS=10000 BENCH_RATE=1000 BENCH_SECONDS=10 BENCH_TARGETS=switchboard,baseline
+//   BENCH_RUNS=3 BENCH_SESSIONS=1000 BENCH_HOLD=10000 BENCH_RATES=500,1000,2000 BENCH_SECONDS=5 BENCH_TARGETS=switchboard,uws
+//   BENCH_PROFILE=dir  a CPU and an allocation profile of each measured window (bench/sse/long-ticks.ts
+//   reads them); BENCH_TRACE_GC=1 adds --trace-gc
 import { fork, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { Agent, request } from 'node:http'
@@ -14,14 +24,16 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { machineInfo, writeResults } from '../support.js'
 
-const N = Number(process.env.BENCH_SESSIONS ?? 10_000)
-const RATE = Number(process.env.BENCH_RATE ?? 1000)
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 10)
-const BURST_SECONDS = Number(process.env.BENCH_BURST_SECONDS ?? 4)
-const BURST_IN_FLIGHT = Number(process.env.BENCH_BURST_IN_FLIGHT ?? 256)
-const TARGETS = (process.env.BENCH_TARGETS ?? 'switchboard,baseline').split(',')
+const RUNS = Number(process.env.BENCH_RUNS ?? 3)
+const N = Number(process.env.BENCH_SESSIONS ?? 1000)
+const HOLD = Number(process.env.BENCH_HOLD ?? 10_000)
+const RATES = (process.env.BENCH_RATES ?? '500,1000,2000').split(',').filter(Boolean).map(Number)
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
+const HOLD_SETTLE_MS = Number(process.env.BENCH_HOLD_SETTLE_MS ?? 12_000)
+const TARGETS = (process.env.BENCH_TARGETS ?? 'switchboard,uws').split(',')
+const BASELINE = TARGETS.find(t => t !== 'switchboard') ?? 'uws'
 const OPEN_CONCURRENCY = 128
-const HARD_LIMIT_MS = 170_000
+const HARD_LIMIT_MS = Number(process.env.BENCH_HARD_LIMIT_MS ?? 900_000)
 const CHANNEL = '/assistants-channel/api/v1/channel/api/eventstream'
 const HOST = '127.0.0.1'
 
@@ -37,56 +49,81 @@ const children = new Set<ChildProcess>()
 
 // ------------------------------------------------------------------ server child processes
 
+interface ServerStats {
+  loopDelayMs: { p50: number; p99: number; max: number; mean: number }
+  cpuMs: number
+  gc: { major: number; minor: number; majorMs: number; minorMs: number; maxMs: number }
+  rss: number
+  heapUsed: number
+  oldSpace: number
+}
+
 interface Server {
   child: ChildProcess
   port: number
   key: string
-  memory(): Promise<{ rss: number; heapUsed: number; external: number }>
-  cpu(): NodeJS.CpuUsage
-  stop(): void
+  memory(): Promise<{ rss: number; heapUsed: number; external: number; oldSpace: number }>
+  reset(): Promise<void>
+  stats(): Promise<ServerStats>
+  /** Stats without ending the measured window. */
+  peek(): Promise<ServerStats>
+  stop(): Promise<void>
 }
 
 function crewsFile(): string {
   const crews = JSON.parse(readFileSync(new URL('../../config/crews.json', import.meta.url), 'utf8'))
-  for (const crew of crews.crews) crew.maxConcurrentSessions = N * 2
+  for (const crew of crews.crews) crew.maxConcurrentSessions = HOLD * 2
   const path = join(mkdtempSync(join(tmpdir(), 'sb-bench-')), 'crews.json')
   writeFileSync(path, JSON.stringify(crews))
   return path
 }
 
-function startServer(mode: string): Promise<Server> {
+function ask<T>(child: ChildProcess, type: string, field?: string): Promise<T> {
+  return new Promise(done => {
+    const on = (r: any) => {
+      if (r.type !== type) return
+      child.off('message', on)
+      done(field ? r[field] : r)
+    }
+    child.on('message', on)
+    child.send({ type })
+  })
+}
+
+export function startServer(mode: string, env: Record<string, string> = {}): Promise<Server> {
   return new Promise((resolve, reject) => {
     const child = fork(join(here, 'server.ts'), [mode], {
-      execArgv: ['--import', '@tapjs/typescript/import', '--expose-gc', '--max-old-space-size=4096', ...(process.env.BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : [])],
-      env: { ...process.env, BENCH_CREWS_FILE: crewsFile() },
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      execArgv: [
+        '--import',
+        '@tapjs/typescript/import',
+        '--expose-gc',
+        '--max-old-space-size=4096',
+        ...(process.env.BENCH_TRACE_GC ? ['--trace-gc'] : []),
+      ],
+      env: { ...process.env, BENCH_CREWS_FILE: crewsFile(), ...env },
+      stdio: ['ignore', process.env.BENCH_TRACE_GC ? 'inherit' : 'ignore', 'inherit', 'ipc'],
     })
     children.add(child)
     child.once('error', reject)
     child.once('exit', code => reject(new Error(`${mode} server exited (${code})`)))
     child.once('message', (m: any) => {
       if (m.type !== 'ready') return reject(new Error('unexpected message'))
-      const cpuStart = process.cpuUsage()
       resolve({
         child,
         port: m.port,
         key: m.key,
-        memory: () =>
-          new Promise(done => {
-            const on = (r: any) => {
-              if (r.type !== 'memory') return
-              child.off('message', on)
-              done(r.memory)
-            }
-            child.on('message', on)
-            child.send({ type: 'memory' })
-          }),
-        cpu: () => process.cpuUsage(cpuStart),
+        memory: () => ask(child, 'memory', 'memory'),
+        reset: () => ask(child, 'reset'),
+        stats: () => ask(child, 'stats', 'stats'),
+        peek: () => ask(child, 'peek', 'stats'),
         stop: () => {
           child.removeAllListeners('exit')
+          const exited = new Promise<void>(done => child.once('exit', () => done()))
+          // The child exits through process.exit on SIGTERM, which lets --cpu-prof write its profile.
           child.kill('SIGTERM')
-          setTimeout(() => child.kill('SIGKILL'), 5000).unref()
+          setTimeout(() => child.kill('SIGKILL'), 10_000).unref()
           children.delete(child)
+          return exited
         },
       })
     })
@@ -96,7 +133,7 @@ function startServer(mode: string): Promise<Server> {
 // ------------------------------------------------------------------ a raw SSE client per session
 
 /** One POST-opened SSE stream on its own socket, with chunked decoding and minimal SSE parsing. */
-class Stream {
+export class Stream {
   sessionId = ''
   consumerId = ''
   private buffer: Buffer = Buffer.alloc(0)
@@ -154,7 +191,7 @@ class Stream {
   }
 }
 
-function openStream(port: number, key: string): Promise<Stream> {
+export function openStream(port: number, key: string): Promise<Stream> {
   return new Promise((resolve, reject) => {
     const socket = connect(port, HOST)
     const stream = new Stream(socket)
@@ -172,194 +209,301 @@ function openStream(port: number, key: string): Promise<Stream> {
   })
 }
 
+export async function openStreams(port: number, key: string, count: number, into: Stream[]) {
+  const target = into.length + count
+  await Promise.all(
+    Array.from({ length: OPEN_CONCURRENCY }, async () => {
+      while (into.length + pendingOpens < target) {
+        pendingOpens++
+        try {
+          into.push(await openStream(port, key))
+        } finally {
+          pendingOpens--
+        }
+      }
+    }),
+  )
+}
+let pendingOpens = 0
+
 // ------------------------------------------------------------------ load
 
-function percentile(sorted: number[], p: number) {
+export function percentile(sorted: number[], p: number) {
   if (!sorted.length) return NaN
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
 }
 
-interface TargetResult {
-  target: string
-  sessions: number
-  openSeconds: number
-  memoryPerSessionKiB: { rss: number; heap: number }
-  rate: { requested: number; achieved: number; sent: number; completed: number; errors: number; skippedBusy: number }
+export interface RateResult {
+  rate: number
+  achieved: number
+  sent: number
+  completed: number
+  errors: number
+  lost: number
+  skippedBusy: number
   rttMs: { p50: number; p90: number; p99: number; max: number }
-  eventsPerSecond: number
-  burst: { messagesPerSecond: number; eventsPerSecond: number; p50: number; p99: number }
-  serverCpuNote?: string
+  loopDelayMs: { p99: number; max: number }
+  cpuMsPerMessage: number
+  gc: ServerStats['gc']
+  oldSpaceGrowthMBps: number
 }
 
-async function runTarget(target: string): Promise<TargetResult> {
-  const server = await startServer(target)
-  const agent = new Agent({ keepAlive: true, maxSockets: 64 })
-  try {
-    console.error(`   server ready on ${server.port} (${((Date.now() - started) / 1000).toFixed(1)}s)`)
-    const before = await server.memory()
-    const streams: Stream[] = []
-    const openStart = Date.now()
-    let next = 0
-    await Promise.all(
-      Array.from({ length: OPEN_CONCURRENCY }, async () => {
-        while (next < N) {
-          next++
-          streams.push(await openStream(server.port, server.key))
-          if (streams.length % 2500 === 0) console.error(`   ${streams.length} streams open`)
-        }
-      }),
-    )
-    const openSeconds = (Date.now() - openStart) / 1000
-    console.error(`   ${streams.length} streams open in ${openSeconds.toFixed(1)}s`)
-    const after = await server.memory()
+/** Drives PUT → `assistant.message` round trips over `streams` (each session has one message in flight at most). */
+export class Load {
+  private readonly agent = new Agent({ keepAlive: true, maxSockets: 64 })
+  private readonly sentAt = new Map<Stream, number>()
+  rtts: number[] = []
+  errors = 0
+  private counter = 0
 
-    let events = 0
-    const rtts: number[] = []
-    const sentAt = new Map<Stream, number>()
+  constructor(private readonly port: number, private readonly key: string, private readonly streams: Stream[]) {
     for (const s of streams) {
       s.onFrame = event => {
-        events++
-        if (event === 'assistant.message') {
-          const t0 = sentAt.get(s)
-          if (t0 !== undefined) {
-            rtts.push(performance.now() - t0)
-            sentAt.delete(s)
-          }
-          s.inFlight = false
-          onReply?.(s)
+        if (event !== 'assistant.message') return
+        const t0 = this.sentAt.get(s)
+        if (t0 !== undefined) {
+          this.rtts.push(performance.now() - t0)
+          this.sentAt.delete(s)
         }
+        s.inFlight = false
       }
     }
-    let onReply: ((s: Stream) => void) | undefined
-    let errors = 0
-    let counter = 0
-    const put = (s: Stream) => {
-      s.inFlight = true
-      sentAt.set(s, performance.now())
-      const body = `{"message":"ping ${counter++}"}`
-      const req = request(
-        { host: HOST, port: server.port, method: 'PUT', path: `${CHANNEL}/${s.sessionId}/${s.consumerId}`, agent, headers: { apikey: server.key, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
-        res => {
-          if (res.statusCode !== 201) errors++
-          res.resume()
-        },
-      )
-      req.on('error', () => errors++)
-      req.end(body)
-    }
+  }
 
-    // Open loop at RATE messages/s: a warm-up second, then the measured window.
-    const openLoop = async (seconds: number, measure: boolean) => {
-      let sent = 0
-      let skipped = 0
-      let cursor = 0
-      const start = performance.now()
-      if (measure) {
-        rtts.length = 0
-        events = 0
-      }
-      await new Promise<void>(resolve => {
-        const tick = setInterval(() => {
-          const elapsed = (performance.now() - start) / 1000
-          const due = Math.min(Math.floor(elapsed * RATE), Math.floor(seconds * RATE)) - sent - skipped
-          for (let i = 0; i < due; i++) {
-            const s = streams[cursor++ % streams.length]!
-            if (s.inFlight) skipped++
-            else {
-              put(s)
-              sent++
-            }
+  get inFlight() {
+    return this.sentAt.size
+  }
+
+  private put(s: Stream) {
+    s.inFlight = true
+    this.sentAt.set(s, performance.now())
+    const body = `{"message":"ping ${this.counter++}"}`
+    const req = request(
+      {
+        host: HOST,
+        port: this.port,
+        method: 'PUT',
+        path: `${CHANNEL}/${s.sessionId}/${s.consumerId}`,
+        agent: this.agent,
+        headers: { apikey: this.key, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      },
+      res => {
+        if (res.statusCode !== 201) {
+          this.errors++
+          this.sentAt.delete(s)
+          s.inFlight = false
+        }
+        res.resume()
+      },
+    )
+    req.on('error', () => {
+      this.errors++
+      this.sentAt.delete(s)
+      s.inFlight = false
+    })
+    req.end(body)
+  }
+
+  /** RATE messages/s for `seconds` (a session still waiting for its reply is skipped); waits for the replies (at most 3 s). */
+  async openLoop(rate: number, seconds: number) {
+    this.rtts = []
+    this.errors = 0
+    let sent = 0
+    let skipped = 0
+    let cursor = 0
+    const start = performance.now()
+    await new Promise<void>(resolve => {
+      const tick = setInterval(() => {
+        const elapsed = (performance.now() - start) / 1000
+        const due = Math.min(Math.floor(elapsed * rate), Math.floor(seconds * rate)) - sent - skipped
+        for (let i = 0; i < due; i++) {
+          const s = this.streams[cursor++ % this.streams.length]!
+          if (s.inFlight) skipped++
+          else {
+            this.put(s)
+            sent++
           }
-          if (elapsed >= seconds) {
-            clearInterval(tick)
-            resolve()
-          }
-        }, 1)
-      })
-      const drainUntil = performance.now() + 2000
-      while (sentAt.size && performance.now() < drainUntil) await new Promise(r => setTimeout(r, 10))
-      const duration = (performance.now() - start) / 1000
-      return { sent, skipped, duration }
-    }
-    await openLoop(1, false)
-    const measured = await openLoop(SECONDS, true)
-    const measuredEvents = events
-    const sorted = [...rtts].sort((a, b) => a - b)
+        }
+        if (elapsed >= seconds) {
+          clearInterval(tick)
+          resolve()
+        }
+      }, 1)
+    })
+    const drainUntil = performance.now() + 3000
+    while (this.sentAt.size && performance.now() < drainUntil) await new Promise(r => setTimeout(r, 10))
+    const lost = this.sentAt.size
+    for (const s of this.sentAt.keys()) s.inFlight = false
+    this.sentAt.clear()
+    return { sent, skipped, lost, errors: this.errors, rtts: [...this.rtts].sort((a, b) => a - b) }
+  }
 
-    // Closed loop: BURST_IN_FLIGHT sessions each send again as soon as their reply arrives.
-    rtts.length = 0
-    events = 0
-    let burstMessages = 0
-    let burstOn = true
-    onReply = s => {
-      burstMessages++
-      if (burstOn) put(streams[(streams.indexOf(s) + BURST_IN_FLIGHT) % streams.length] ?? s)
-    }
-    const burstStart = performance.now()
-    for (let i = 0; i < Math.min(BURST_IN_FLIGHT, streams.length); i++) put(streams[i]!)
-    await new Promise(r => setTimeout(r, BURST_SECONDS * 1000))
-    burstOn = false
-    const burstSeconds = (performance.now() - burstStart) / 1000
-    const burstEvents = events
-    const burstSorted = [...rtts].sort((a, b) => a - b)
-    onReply = undefined
-
-    for (const s of streams) s.socket.destroy()
-    return {
-      target,
-      sessions: streams.length,
-      openSeconds,
-      memoryPerSessionKiB: { rss: (after.rss - before.rss) / streams.length / 1024, heap: (after.heapUsed - before.heapUsed) / streams.length / 1024 },
-      rate: { requested: RATE, achieved: measured.sent / SECONDS, sent: measured.sent, completed: sorted.length, errors, skippedBusy: measured.skipped },
-      rttMs: { p50: percentile(sorted, 50), p90: percentile(sorted, 90), p99: percentile(sorted, 99), max: sorted.at(-1) ?? NaN },
-      eventsPerSecond: measuredEvents / measured.duration,
-      burst: { messagesPerSecond: burstMessages / burstSeconds, eventsPerSecond: burstEvents / burstSeconds, p50: percentile(burstSorted, 50), p99: percentile(burstSorted, 99) },
-    }
-  } finally {
-    agent.destroy()
-    server.stop()
+  close() {
+    this.agent.destroy()
   }
 }
 
-const results: TargetResult[] = []
-for (const target of TARGETS) {
-  console.error(`== ${target}: opening ${N} streams, then ${RATE} msg/s for ${SECONDS}s, then a ${BURST_SECONDS}s closed-loop burst`)
-  results.push(await runTarget(target))
-  await new Promise(r => setTimeout(r, 500))
+export async function measureRate(server: Server, load: Load, rate: number, seconds: number): Promise<RateResult> {
+  await load.openLoop(rate, 1) // warm-up
+  await server.reset()
+  const before = await server.peek()
+  const run = await load.openLoop(rate, seconds)
+  const after = await server.stats()
+  const completed = run.rtts.length
+  return {
+    rate,
+    achieved: run.sent / seconds,
+    sent: run.sent,
+    completed,
+    errors: run.errors,
+    lost: run.lost,
+    skippedBusy: run.skipped,
+    rttMs: { p50: percentile(run.rtts, 50), p90: percentile(run.rtts, 90), p99: percentile(run.rtts, 99), max: run.rtts.at(-1) ?? NaN },
+    loopDelayMs: { p99: after.loopDelayMs.p99, max: after.loopDelayMs.max },
+    cpuMsPerMessage: after.cpuMs / Math.max(1, completed),
+    gc: after.gc,
+    // Old space over the window (majors in it pull it down: this is the net growth).
+    oldSpaceGrowthMBps: (after.oldSpace - before.oldSpace) / 1e6 / seconds,
+  }
 }
 
-const f = (n: number, d = 2) => (Number.isFinite(n) ? n.toFixed(d) : '-')
-const rows = [
-  ['target', 'streams', 'open s', 'KiB/session (rss/heap)', 'msg/s', 'done', 'err', 'RTT p50 ms', 'p99 ms', 'max ms', 'events/s', 'burst msg/s', 'burst ev/s', 'burst p99 ms'],
-  ...results.map(r => [
-    r.target,
-    String(r.sessions),
-    f(r.openSeconds, 1),
-    `${f(r.memoryPerSessionKiB.rss, 1)} / ${f(r.memoryPerSessionKiB.heap, 1)}`,
-    f(r.rate.achieved, 0),
-    String(r.rate.completed),
-    String(r.rate.errors),
-    f(r.rttMs.p50),
-    f(r.rttMs.p99),
-    f(r.rttMs.max),
-    f(r.eventsPerSecond, 0),
-    f(r.burst.messagesPerSecond, 0),
-    f(r.burst.eventsPerSecond, 0),
-    f(r.burst.p99),
-  ]),
-]
-const widths = rows[0]!.map((_, i) => Math.max(...rows.map(r => r[i]!.length)))
-for (const row of rows) console.log(row.map((c, i) => c.padEnd(widths[i]!)).join('  '))
-
-const sb = results.find(r => r.target === 'switchboard')
-const base = results.find(r => r.target === 'baseline')
-const ratio = sb && base ? { rttP50: sb.rttMs.p50 / base.rttMs.p50, rttP99: sb.rttMs.p99 / base.rttMs.p99, burstEventsPerSecond: sb.burst.eventsPerSecond / base.burst.eventsPerSecond, memoryPerSession: sb.memoryPerSessionKiB.rss / base.memoryPerSessionKiB.rss } : null
-if (ratio) console.log(`switchboard / baseline: RTT p50 x${f(ratio.rttP50)}, p99 x${f(ratio.rttP99)}, burst events/s x${f(ratio.burstEventsPerSecond)}, memory/session x${f(ratio.memoryPerSession)}`)
-if (sb) {
-  console.log(
-    `targets: ${N >= 10_000 ? '10,000' : N} concurrent streams: ${sb.sessions >= 10_000 ? 'met' : `ran ${sb.sessions}`}; ` +
-      `p99 < 10 ms at ${RATE} msg/s: ${sb.rttMs.p99 < 10 ? 'met' : 'NOT met'} (${f(sb.rttMs.p99)} ms)`,
-  )
+interface TargetRun {
+  target: string
+  run: number
+  sessions: number
+  rates: RateResult[]
+  capacity: number
+  hold: { streams: number; openPerSecond: number; rssPerSessionKiB: number; heapPerSessionKiB: number; justOpened: { rssPerSessionKiB: number; heapPerSessionKiB: number } }
 }
-writeResults(import.meta.url, started, { date: new Date().toISOString(), node: process.version, cpus: machineInfo().cpus, config: { sessions: N, rate: RATE, seconds: SECONDS, burstSeconds: BURST_SECONDS, burstInFlight: BURST_IN_FLIGHT }, results, ratio, wallSeconds: (Date.now() - started) / 1000 })
-process.exit(0)
+
+async function runTarget(target: string, run: number): Promise<TargetRun> {
+  const server = await startServer(target)
+  try {
+    const streams: Stream[] = []
+    await openStreams(server.port, server.key, N, streams)
+    console.error(`   ${target} run ${run}: ${streams.length} streams open`)
+    const load = new Load(server.port, server.key, streams)
+    const rates: RateResult[] = []
+    for (const rate of RATES) {
+      const r = await measureRate(server, load, rate, SECONDS)
+      rates.push(r)
+      console.error(
+        `   ${target} run ${run} @${rate}/s: p50 ${r.rttMs.p50.toFixed(2)} p90 ${r.rttMs.p90.toFixed(2)} p99 ${r.rttMs.p99.toFixed(2)} max ${r.rttMs.max.toFixed(1)} ms; ` +
+          `loop delay p99 ${r.loopDelayMs.p99.toFixed(1)} max ${r.loopDelayMs.max.toFixed(1)} ms; cpu/msg ${r.cpuMsPerMessage.toFixed(3)} ms; lost ${r.lost}; err ${r.errors}; gc major ${r.gc.major} (max ${r.gc.maxMs.toFixed(1)} ms); old space ${r.oldSpaceGrowthMBps.toFixed(2)} MB/s`,
+      )
+    }
+    load.close()
+    // Held streams: RSS per session at HOLD open streams (the sessions above are idle now).
+    const beforeHold = await server.memory()
+    const t0 = performance.now()
+    await openStreams(server.port, server.key, Math.max(0, HOLD - streams.length), streams)
+    const openSeconds = (performance.now() - t0) / 1000
+    const justOpened = await server.memory()
+    // Held: open and quiet for a while (quiet sessions hibernate after ENGINE_HIBERNATE_AFTER_MS, 10 s).
+    await new Promise(r => setTimeout(r, HOLD_SETTLE_MS))
+    const afterHold = await server.memory()
+    const added = Math.max(1, HOLD - N)
+    const hold = {
+      streams: streams.length,
+      openPerSecond: added / openSeconds,
+      // The marginal cost of a held session (streams opened in this phase only, after GC on both ends).
+      rssPerSessionKiB: (afterHold.rss - beforeHold.rss) / added / 1024,
+      heapPerSessionKiB: (afterHold.heapUsed - beforeHold.heapUsed) / added / 1024,
+      justOpened: { rssPerSessionKiB: (justOpened.rss - beforeHold.rss) / added / 1024, heapPerSessionKiB: (justOpened.heapUsed - beforeHold.heapUsed) / added / 1024 },
+    }
+    console.error(
+      `   ${target} run ${run}: ${hold.streams} held, ${hold.openPerSecond.toFixed(0)} opened/s; per session after ${HOLD_SETTLE_MS / 1000} s: ${hold.rssPerSessionKiB.toFixed(1)} KiB RSS, ${hold.heapPerSessionKiB.toFixed(1)} KiB heap` +
+        ` (just opened: ${hold.justOpened.rssPerSessionKiB.toFixed(1)} / ${hold.justOpened.heapPerSessionKiB.toFixed(1)})`,
+    )
+    for (const s of streams) s.socket.destroy()
+    return { target, run, sessions: N, rates, capacity: Math.max(0, ...rates.filter(r => r.rttMs.p99 < 10 && r.lost === 0).map(r => r.rate)), hold }
+  } finally {
+    await server.stop()
+  }
+}
+
+const median = (values: number[]) => {
+  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b)
+  return sorted.length ? sorted[Math.floor(sorted.length / 2)]! : NaN
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const runs: TargetRun[] = []
+  for (let run = 1; run <= RUNS; run++) {
+    for (const target of TARGETS) {
+      console.error(`== run ${run}/${RUNS}: ${target}`)
+      runs.push(await runTarget(target, run))
+      await new Promise(r => setTimeout(r, 500))
+    }
+  }
+
+  const f = (n: number, d = 2) => (Number.isFinite(n) ? n.toFixed(d) : '-')
+  const summary: Record<string, any> = {}
+  for (const target of TARGETS) {
+    const mine = runs.filter(r => r.target === target)
+    summary[target] = {
+      rates: RATES.map(rate => {
+        const at = mine.map(r => r.rates.find(x => x.rate === rate)!)
+        const m = (pick: (r: RateResult) => number) => median(at.map(pick))
+        return {
+          rate,
+          p50: m(r => r.rttMs.p50),
+          p90: m(r => r.rttMs.p90),
+          p99: m(r => r.rttMs.p99),
+          max: m(r => r.rttMs.max),
+          p99Runs: at.map(r => r.rttMs.p99),
+          maxRuns: at.map(r => r.rttMs.max),
+          loopDelayP99: m(r => r.loopDelayMs.p99),
+          loopDelayMax: m(r => r.loopDelayMs.max),
+          loopDelayP99Runs: at.map(r => r.loopDelayMs.p99),
+          cpuMsPerMessage: m(r => r.cpuMsPerMessage),
+          oldSpaceGrowthMBps: m(r => r.oldSpaceGrowthMBps),
+          lost: at.reduce((n, r) => n + r.lost, 0),
+          errors: at.reduce((n, r) => n + r.errors, 0),
+        }
+      }),
+      capacity: median(mine.map(r => r.capacity)),
+      hold: {
+        streams: median(mine.map(r => r.hold.streams)),
+        openPerSecond: median(mine.map(r => r.hold.openPerSecond)),
+        rssPerSessionKiB: median(mine.map(r => r.hold.rssPerSessionKiB)),
+        heapPerSessionKiB: median(mine.map(r => r.hold.heapPerSessionKiB)),
+      },
+    }
+  }
+  const sb = summary.switchboard
+  const base = summary[BASELINE]
+  const rows = [['target', 'rate', 'p50', 'p90', 'p99 (runs)', 'max', 'loop p99 / max', 'cpu ms/msg', 'old MB/s', 'lost', 'err']]
+  for (const target of TARGETS) {
+    for (const r of summary[target].rates) {
+      rows.push([target, String(r.rate), f(r.p50), f(r.p90), `${f(r.p99)} (${r.p99Runs.map((x: number) => f(x, 1)).join(', ')})`, f(r.max, 1), `${f(r.loopDelayP99, 1)} / ${f(r.loopDelayMax, 1)}`, f(r.cpuMsPerMessage, 3), f(r.oldSpaceGrowthMBps), String(r.lost), String(r.errors)])
+    }
+  }
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map(r => r[i]!.length)))
+  for (const row of rows) console.log(row.map((c, i) => c.padEnd(widths[i]!)).join('  '))
+  for (const target of TARGETS) {
+    const h = summary[target].hold
+    console.log(`${target}: capacity (p99 < 10 ms) ${summary[target].capacity} msg/s; ${h.streams} held streams: ${f(h.openPerSecond, 0)} opened/s, ${f(h.rssPerSessionKiB, 1)} KiB RSS/session, ${f(h.heapPerSessionKiB, 1)} KiB heap/session`)
+  }
+  let ratio: Record<string, unknown> | null = null
+  if (sb && base) {
+    ratio = {
+      p99: sb.rates.map((r: any, i: number) => ({ rate: r.rate, ratio: r.p99 / base.rates[i].p99 })),
+      cpuPerMessage: sb.rates.map((r: any, i: number) => ({ rate: r.rate, ratio: r.cpuMsPerMessage / base.rates[i].cpuMsPerMessage })),
+      capacity: sb.capacity / base.capacity,
+      openRate: sb.hold.openPerSecond / base.hold.openPerSecond,
+      rssPerSession: sb.hold.rssPerSessionKiB / base.hold.rssPerSessionKiB,
+    }
+    console.log(`switchboard / ${BASELINE}: ${JSON.stringify(ratio, (_k, v) => (typeof v === 'number' ? Number(v.toFixed(2)) : v))}`)
+  }
+  writeResults(import.meta.url, started, {
+    date: new Date().toISOString(),
+    machine: machineInfo(),
+    config: { runs: RUNS, sessions: N, hold: HOLD, rates: RATES, seconds: SECONDS, targets: TARGETS, heartbeatMs: Number(process.env.BENCH_HEARTBEAT_MS ?? 1000) },
+    summary,
+    ratio,
+    runs,
+    wallSeconds: (Date.now() - started) / 1000,
+  })
+  process.exit(0)
+}

@@ -1,20 +1,73 @@
 // The server side of the SSE bench, run as a child process so the load generator does not
-// share its event loop: `switchboard` is the whole service (uWebSockets.js gateway, XState
-// actors, store writes, scripted assistant); `baseline` is a plain node:http SSE server doing
-// the same protocol work (same paths, frames, payloads and reply chunking) and nothing else.
+// share its event loop:
+//   switchboard  the whole service (uWebSockets.js gateway, XState actors, store writes, scripted assistant)
+//   uws          a bare uWebSockets.js SSE server doing the channel's protocol work (same paths,
+//                auth header, JSON bodies, frames, payloads, reply chunking, heartbeats) and nothing else
+//   node         the same bare server on node:http
+// Every mode answers the parent's probes over IPC: event-loop delay (perf_hooks), CPU time of this
+// process, memory and old-space size, GC pauses by kind.
 import { randomUUID } from 'node:crypto'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { getHeapSpaceStatistics } from 'node:v8'
+import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks'
 
 const mode = process.argv[2]
 const KEY = 'bench-key-0000000000000000'
 const CHANNEL = '/assistants-channel/api/v1/channel/api/eventstream'
+const HEARTBEAT_MS = Number(process.env.BENCH_HEARTBEAT_MS ?? 1000)
+
+// ------------------------------------------------------------------ probes
+
+const loopDelay = monitorEventLoopDelay({ resolution: 1 })
+loopDelay.enable()
+let cpuMark = process.cpuUsage()
+const gc = { major: 0, minor: 0, majorMs: 0, minorMs: 0, maxMs: 0 }
+new PerformanceObserver(list => {
+  for (const entry of list.getEntries()) {
+    const kind = (entry as any).detail?.kind ?? (entry as any).kind
+    const major = kind === constants.NODE_PERFORMANCE_GC_MAJOR || kind === constants.NODE_PERFORMANCE_GC_INCREMENTAL
+    if (major) {
+      gc.major++
+      gc.majorMs += entry.duration
+    } else {
+      gc.minor++
+      gc.minorMs += entry.duration
+    }
+    gc.maxMs = Math.max(gc.maxMs, entry.duration)
+  }
+}).observe({ entryTypes: ['gc'] })
+
+const oldSpace = () => getHeapSpaceStatistics().find(s => s.space_name === 'old_space')?.space_used_size ?? 0
+
+function stats() {
+  const cpu = process.cpuUsage(cpuMark)
+  const m = process.memoryUsage()
+  return {
+    loopDelayMs: { p50: loopDelay.percentile(50) / 1e6, p99: loopDelay.percentile(99) / 1e6, max: loopDelay.max / 1e6, mean: loopDelay.mean / 1e6 },
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    gc: { ...gc },
+    rss: m.rss,
+    heapUsed: m.heapUsed,
+    oldSpace: oldSpace(),
+  }
+}
+
+function resetStats() {
+  loopDelay.reset()
+  cpuMark = process.cpuUsage()
+  Object.assign(gc, { major: 0, minor: 0, majorMs: 0, minorMs: 0, maxMs: 0 })
+}
 
 function memory() {
   ;(globalThis as any).gc?.()
   const m = process.memoryUsage()
-  return { rss: m.rss, heapUsed: m.heapUsed, external: m.external }
+  return { rss: m.rss, heapUsed: m.heapUsed, external: m.external, oldSpace: oldSpace() }
 }
+
+// ------------------------------------------------------------------ servers
+
+let extraStats: () => Record<string, unknown> = () => ({})
 
 async function startSwitchboard(): Promise<number> {
   const { loadConfig } = await import('../../platform/config.js')
@@ -27,15 +80,99 @@ async function startSwitchboard(): Promise<number> {
     LOG_LEVEL: 'silent',
     CREWS_FILE: process.env.BENCH_CREWS_FILE!,
     DATA_DIR: `/tmp/switchboard-bench-${randomUUID()}`,
+    SSE_HEARTBEAT_MS: String(HEARTBEAT_MS),
+    ...JSON.parse(process.env.BENCH_SERVICE_ENV ?? '{}'),
   })
   const service = await startService(config, { logger: createLogger('silent') })
   return service.port
 }
 
-function startBaseline(): Promise<number> {
-  const streams = new Map<string, { res: ServerResponse; nextId: number }>()
-  const frame = (s: { res: ServerResponse; nextId: number }, event: string, data: unknown) =>
-    s.res.write(`id: ${s.nextId++}\nevent: ${event}\ndata: ${JSON.stringify(data)}\n\n`)
+/** The channel's replies, computed as the scripted crew does ("You said: <text>", word by word). */
+function replyFrames(sessionId: string, turnId: number, message: string) {
+  const text = `You said: ${message}`
+  const messageId = `t${turnId}.0`
+  const frames: [string, unknown][] = [['crew.status.writing', { sessionId, agentId: 'general', turnId }]]
+  for (const [index, delta] of (text.match(/\S+\s*/g) ?? []).entries()) frames.push(['assistant.response', { sessionId, messageId, turnId, index, delta }])
+  frames.push(['assistant.message', { sessionId, messageId, turnId, agentId: 'general', text, at: Date.now() }])
+  frames.push(['crew.status.waiting', { sessionId, agentId: 'general' }])
+  return frames
+}
+
+const frameText = (id: number, event: string, data: unknown) => `id: ${id}\nevent: ${event}\ndata: ${JSON.stringify(data)}\n\n`
+const heartbeat = `event: hearthbeat\ndata: ${JSON.stringify({ minutes: HEARTBEAT_MS / 60_000 })}\n\n`
+
+async function startUws(): Promise<number> {
+  const { loadNativeUws } = await import('../../gateway/uws.js')
+  const uws = loadNativeUws()
+  const app = uws.App()
+  interface S {
+    res: import('../../gateway/uws.js').HttpResponse
+    seq: number
+    turn: number
+    open: boolean
+    beat: NodeJS.Timeout
+  }
+  const streams = new Map<string, S>()
+  const readJson = (res: import('../../gateway/uws.js').HttpResponse, done: (body: any) => void) => {
+    let buffer: Buffer | null = null
+    res.onData((chunk, last) => {
+      const part = Buffer.from(chunk)
+      buffer = buffer ? Buffer.concat([buffer, part]) : part
+      if (!last) return
+      let body: any
+      try {
+        body = JSON.parse(buffer.toString('utf8'))
+      } catch {}
+      done(body)
+    })
+  }
+  app.post(`${CHANNEL}/:crewId`, (res, req) => {
+    const key = req.getHeader('apikey')
+    let aborted = false
+    res.onAborted(() => (aborted = true))
+    if (key !== KEY) return void res.cork(() => void res.writeStatus('401 Unauthorized').end('{"code":"UNAUTHORIZED"}'))
+    readJson(res, () => {
+      if (aborted) return
+      const sessionId = randomUUID()
+      const consumerId = randomUUID()
+      const s: S = { res, seq: 0, turn: 0, open: true, beat: setInterval(() => s.open && res.cork(() => void res.write(`id: ${s.seq}\n${heartbeat}`)), HEARTBEAT_MS) }
+      s.beat.unref()
+      streams.set(sessionId, s)
+      res.onAborted(() => {
+        s.open = false
+        clearInterval(s.beat)
+        streams.delete(sessionId)
+      })
+      res.cork(() => {
+        res.writeStatus('200 OK').writeHeader('Content-Type', 'text/event-stream').writeHeader('Cache-Control', 'no-cache')
+        res.write(frameText(++s.seq, 'Initialized', { sessionId, consumerId }) + frameText(++s.seq, 'crew.status.waiting', { sessionId, agentId: 'general' }))
+      })
+    })
+  })
+  app.put(`${CHANNEL}/:sessionId/:consumerId`, (res, req) => {
+    const key = req.getHeader('apikey')
+    const sessionId = req.getParameter(0)
+    const consumerId = req.getParameter(1)
+    let aborted = false
+    res.onAborted(() => (aborted = true))
+    if (key !== KEY) return void res.cork(() => void res.writeStatus('401 Unauthorized').end('{"code":"UNAUTHORIZED"}'))
+    readJson(res, body => {
+      if (aborted) return
+      const s = streams.get(sessionId)
+      if (!s || typeof body?.message !== 'string') return void res.cork(() => void res.writeStatus(s ? '400 Bad Request' : '404 Not Found').end('{"code":"BAD_REQUEST"}'))
+      res.cork(() => void res.writeStatus('201 Created').writeHeader('Content-Type', 'application/json').end(JSON.stringify({ sessionId, consumerId, status: 'accepted' })))
+      let chunk = ''
+      for (const [event, data] of replyFrames(sessionId, ++s.turn, body.message)) chunk += frameText(++s.seq, event, data)
+      s.res.cork(() => void s.res.write(chunk))
+    })
+  })
+  return new Promise((resolve, reject) =>
+    app.listen('127.0.0.1', 0, socket => (socket ? resolve(uws.us_socket_local_port(socket as any)) : reject(new Error('uws listen failed')))),
+  )
+}
+
+function startNode(): Promise<number> {
+  const streams = new Map<string, { res: ServerResponse; seq: number; turn: number }>()
   const server = createServer((req, res) => {
     if (req.headers.apikey !== KEY) {
       res.writeHead(401, { 'content-type': 'application/json' })
@@ -49,11 +186,15 @@ function startBaseline(): Promise<number> {
         const sessionId = randomUUID()
         const consumerId = randomUUID()
         res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
-        const s = { res, nextId: 1 }
+        const s = { res, seq: 0, turn: 0 }
         streams.set(sessionId, s)
-        res.on('close', () => streams.delete(sessionId))
-        frame(s, 'Initialized', { sessionId, consumerId })
-        frame(s, 'crew.status.waiting', { sessionId, agentId: 'general' })
+        const beat = setInterval(() => res.write(`id: ${s.seq}\n${heartbeat}`), HEARTBEAT_MS)
+        beat.unref()
+        res.on('close', () => {
+          clearInterval(beat)
+          streams.delete(sessionId)
+        })
+        res.write(frameText(++s.seq, 'Initialized', { sessionId, consumerId }) + frameText(++s.seq, 'crew.status.waiting', { sessionId, agentId: 'general' }))
         return
       }
       if (req.method === 'PUT' && parts.length === 2) {
@@ -69,13 +210,9 @@ function startBaseline(): Promise<number> {
         }
         res.writeHead(201, { 'content-type': 'application/json' })
         res.end(JSON.stringify({ sessionId, consumerId, status: 'accepted' }))
-        const text = `You said: ${message}`
-        const turnId = s.nextId
-        const messageId = `t${turnId}.0`
-        frame(s, 'crew.status.writing', { sessionId, agentId: 'general', turnId })
-        for (const [index, delta] of (text.match(/\S+\s*/g) ?? []).entries()) frame(s, 'assistant.response', { sessionId, messageId, turnId, index, delta })
-        frame(s, 'assistant.message', { sessionId, messageId, turnId, agentId: 'general', text, at: Date.now() })
-        frame(s, 'crew.status.waiting', { sessionId, agentId: 'general' })
+        let chunk = ''
+        for (const [event, data] of replyFrames(sessionId, ++s.turn, message)) chunk += frameText(++s.seq, event, data)
+        s.res.write(chunk)
         return
       }
       res.writeHead(404)
@@ -89,9 +226,55 @@ function startBaseline(): Promise<number> {
   return new Promise(resolve => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)))
 }
 
-const port = mode === 'baseline' ? await startBaseline() : await startSwitchboard()
+// BENCH_PROFILE=dir: a CPU profile and an allocation profile of each measured window only
+// (started on `reset`, written on `stats`), named <mode>-<n>.cpuprofile / .heapprofile.
+const profileDir = process.env.BENCH_PROFILE
+let profiling: import('node:inspector').Session | null = null
+let windowNo = 0
+async function post(method: string, params: object = {}): Promise<any> {
+  return new Promise((resolve, reject) => profiling!.post(method, params, (error, result) => (error ? reject(error) : resolve(result))))
+}
+async function startProfile() {
+  if (!profileDir) return
+  const { Session } = await import('node:inspector')
+  profiling = new Session()
+  profiling.connect()
+  await post('Profiler.enable')
+  await post('Profiler.setSamplingInterval', { interval: 500 })
+  await post('Profiler.start')
+  await post('HeapProfiler.enable')
+  await post('HeapProfiler.startSampling', { samplingInterval: 16384, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
+}
+async function stopProfile() {
+  if (!profiling) return
+  const { writeFileSync } = await import('node:fs')
+  const { profile } = await post('Profiler.stop')
+  const { profile: heap } = await post('HeapProfiler.stopSampling')
+  windowNo++
+  writeFileSync(`${profileDir}/${mode}-${windowNo}.cpuprofile`, JSON.stringify(profile))
+  writeFileSync(`${profileDir}/${mode}-${windowNo}.heapprofile`, JSON.stringify(heap))
+  profiling.disconnect()
+  profiling = null
+}
+
+const port = mode === 'uws' ? await startUws() : mode === 'node' || mode === 'baseline' ? await startNode() : await startSwitchboard()
 process.on('message', (m: any) => {
   if (m?.type === 'memory') process.send!({ type: 'memory', memory: memory() })
+  if (m?.type === 'reset') {
+    void startProfile().then(() => {
+      resetStats()
+      process.send!({ type: 'reset' })
+    })
+  }
+  if (m?.type === 'heapsnapshot') {
+    ;(globalThis as any).gc?.()
+    void import('node:v8').then(v8 => process.send!({ type: 'heapsnapshot', file: v8.writeHeapSnapshot(m.file) }))
+  }
+  if (m?.type === 'peek') process.send!({ type: 'peek', stats: stats() })
+  if (m?.type === 'stats') {
+    const measured = { ...stats(), ...extraStats() }
+    void stopProfile().then(() => process.send!({ type: 'stats', stats: measured }))
+  }
 })
 process.on('SIGTERM', () => process.exit(0))
 process.on('disconnect', () => process.exit(0))

@@ -59,6 +59,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
         const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
         const consumerId = uuidParam(ctx, 'consumerId', 'INVALID_CONSUMER_ID')
         const { message } = body<{ message: string }>(ctx, 'channel.message')
+        hub.admitMessage()
         await transport.command({ sessionId, accountId: ctx.principal.accountId }, { type: 'user.message', consumerId, text: message })
         return { status: 201, body: { sessionId, consumerId, status: 'accepted' } }
       },

@@ -3,6 +3,7 @@
 // maxDeliveries so a poison message cannot spin forever.
 import type { Bus, ConsumeOptions, Delivery, WorkQueue } from './types.js'
 import type { Logger } from '../logger.js'
+import { yieldToLoop } from '../background.js'
 
 class MemoryQueue<T> implements WorkQueue<T> {
   private readonly pending: Delivery<T>[] = []
@@ -42,6 +43,9 @@ class MemoryQueue<T> implements WorkQueue<T> {
 
   private async run(handler: (delivery: Delivery<T>) => Promise<void>, delivery: Delivery<T>) {
     try {
+      // Background work starts in a macrotask of its own, after pending I/O, not inside the
+      // request that published it (see platform/background.ts).
+      await yieldToLoop()
       await handler(delivery)
     } catch (error) {
       const max = this.options.maxDeliveries ?? 5

@@ -139,7 +139,8 @@ class MongoCollection<T extends Doc> implements Collection<T> {
       if (!(error instanceof MongoBulkWriteError)) translate(error)
       // Unique-index rejections are an expected outcome (ordered:false keeps going past them).
       const errors = Array.isArray(error.writeErrors) ? error.writeErrors : [error.writeErrors]
-      if (errors.some(e => e.code !== 11000)) throw error
+      // No write error at all: the batch failed as a whole (e.g. the connection closed), nothing to count as written.
+      if (errors.length === 0 || errors.some(e => e?.code !== 11000)) throw error
       return counts(error.result, errors.map(e => e.index))
     }
   }

@@ -99,6 +99,28 @@ t.test('a gap the log cannot fill is said once, then what is left is replayed', 
   resumed.close()
 })
 
+t.test('the replay buffer is bounded by bytes too: large events beyond it are a gap, the newest are replayed', async t => {
+  const { base } = await startTestService(t, { env: { SSE_REPLAY_BUFFER_BYTES: '8192' } })
+  const { stream, sessionId } = await createSession(base)
+  await stream.next('crew.status.waiting')
+  const big = 'y'.repeat(3000)
+  for (let i = 0; i < 10; i++) {
+    t.equal((await call(base, 'PUT', `${ADMIN}/${sessionId}/impersonate`, { body: { text: `${i} ${big}` }, headers: admin })).status, 200)
+  }
+  for (let i = 0; i < 10; i++) await stream.next('assistant.message')
+  const lastId = Number(stream.events.filter(e => e.event === 'assistant.message').at(-1)!.id)
+  const resumed = await listener(base, sessionId, '', { 'Last-Event-ID': '1' })
+  await resumed.next(e => e.event === 'assistant.message' && e.data.text.startsWith('9 '))
+  const [att, gap, ...rest] = resumed.events
+  t.match(att, { event: 'session.consumer.attached', id: '1' })
+  t.equal(gap!.event, 'stream.gap', 'what no longer fits is said to be gone')
+  t.ok(rest.length >= 1 && rest.length <= 3, `only what fits in 8 KiB is replayed (${rest.length} events)`)
+  t.same(rest.map(e => Number(e.id)), rest.map((_, i) => lastId - rest.length + 1 + i), 'the newest, with their ids')
+  t.equal(Number(gap!.id), lastId - rest.length, 'the gap id is the last one lost')
+  stream.close()
+  resumed.close()
+})
+
 t.test('resume edge cases', async t => {
   const { base } = await startTestService(t)
   const { stream, sessionId } = await createSession(base)
@@ -212,7 +234,7 @@ function framesOf(raw: string) {
 }
 
 t.test('a slow consumer is dropped with reconnect_required; nobody else waits; it can resume', async t => {
-  const { base, metricsBase, service } = await startTestService(t, { env: { SSE_CONSUMER_BUFFER_BYTES: '4096' } })
+  const { base, metricsBase, service } = await startTestService(t, { env: { SSE_CONSUMER_BUFFER_BYTES: '4096', SSE_REPLAY_BUFFER_BYTES: String(256 * 1024 * 1024) } })
   const { stream, sessionId } = await createSession(base)
   const slow = await stalledListener(service.port, sessionId)
   const slowId = framesOf(slow.head).find(f => f.event === 'session.consumer.attached')!.data.consumerId

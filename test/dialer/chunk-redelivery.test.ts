@@ -62,7 +62,8 @@ async function setup(t: { teardown(fn: () => unknown): void }, kind: 'memory' | 
   const batch = await batches.create({ accountId: 'acme', name: 'b', channel: 'phone', source: 'api', duplicateStrategy: 'merge', rules: {}, tempCsvKey: null, createdBy: { id: 'system' } })
   const contacts = Array.from({ length: 25 }, (_, i) => ({ identifier: `c${i}`, name: `C${i}`, addresses: [{ address: String(34600000000 + i), type: 'phone' as const, priority: 1 }] }))
   const ack = await loads.accept(principal, batch._id, contacts)
-  await new Promise(r => setTimeout(r, 20))
+  // Deliveries run in macrotasks of their own (platform/background.ts): wait for them, not a fixed time.
+  for (let i = 0; i < 200 && captured.length < ack.chunksPublished; i++) await new Promise(r => setTimeout(r, 10))
   return { raw, loads, operations, batch, ack, captured }
 }
 

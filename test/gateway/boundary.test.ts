@@ -8,7 +8,7 @@ import { Gateway } from '../../gateway/server.js'
 import { KeyRegistry, parseBootstrapKeys } from '../../gateway/auth.js'
 import { AuthThrottle } from '../../gateway/auth-throttle.js'
 import { ApiError } from '../../gateway/errors.js'
-import { SseStream } from '../../gateway/sse.js'
+import { HeartbeatWheel, SseStream } from '../../gateway/sse.js'
 import { loadNativeUws } from '../../gateway/uws.js'
 import type { Route } from '../../gateway/routes.js'
 import { createLogger } from '../../platform/logger.js'
@@ -50,8 +50,7 @@ const routes: Route[] = [
     open: async (_ctx, start) => {
       let beats = 0
       const stream = new SseStream(start(), {
-        heartbeatMs: 20,
-        heartbeatBody: 'event: hearthbeat\ndata: {}\n\n',
+        heartbeats: new HeartbeatWheel(20, 'event: hearthbeat\ndata: {}\n\n'),
         currentId: () => {
           if (++beats > 2) throw new Error('writer bug in a timer')
           return beats

@@ -1,0 +1,105 @@
+// Overload is answered, not queued. Past what this process can serve, new work is refused at
+// once with 503 and Retry-After, so the work already accepted (live sessions, their streams and
+// turns) keeps its latency instead of every request waiting in an ever longer queue:
+//   - event-loop delay: its p99 over the last window (250 ms) above OVERLOAD_LOOP_DELAY_MS; the
+//     process counts as overloaded until a window's p99 is back under half of it;
+//   - open streams on this process above OVERLOAD_MAX_STREAMS (new streams only);
+//   - assistant turns in flight on this process above ENGINE_MAX_TURNS_IN_FLIGHT (messages that
+//     would start a turn only).
+// What is refused: new sessions, new streams (listen) and user messages. Never refused: ending
+// a session, administration, and the streams already open.
+import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks'
+import { ApiError } from './errors.js'
+import type { Logger } from '../platform/logger.js'
+import type { Metrics } from '../platform/metrics.js'
+
+export interface OverloadLimits {
+  /** p99 event-loop delay (ms) past which new work is refused; 0 = never. */
+  loopDelayMs: number
+  /** Open SSE streams on this process past which new streams are refused; 0 = no limit. */
+  maxStreams: number
+  /** Assistant turns in flight on this process past which messages that start a turn are refused; 0 = no limit. */
+  maxTurnsInFlight: number
+  /** Retry-After (seconds) of a refusal. */
+  retryAfterSeconds: number
+}
+
+export type Admission = 'session' | 'stream' | 'message'
+
+const WINDOW_MS = 250
+
+export class OverloadGuard {
+  private histogram: IntervalHistogram | null = null
+  private timer: NodeJS.Timeout | null = null
+  private overloaded = false
+  /** p99 of the last complete window (ms). */
+  lastLoopDelayMs = 0
+
+  constructor(
+    readonly limits: OverloadLimits,
+    private readonly metrics?: Metrics,
+    private readonly logger?: Logger,
+  ) {}
+
+  /** A guard that never refuses (tests that build a platform by hand). */
+  static off(): OverloadGuard {
+    return new OverloadGuard({ loopDelayMs: 0, maxStreams: 0, maxTurnsInFlight: 0, retryAfterSeconds: 1 })
+  }
+
+  start() {
+    if (this.limits.loopDelayMs <= 0 || this.timer) return
+    this.histogram = monitorEventLoopDelay({ resolution: 5 })
+    this.histogram.enable()
+    this.timer = setInterval(() => this.sample(), WINDOW_MS)
+    this.timer.unref()
+  }
+
+  stop() {
+    if (this.timer) clearInterval(this.timer)
+    this.timer = null
+    this.histogram?.disable()
+    this.histogram = null
+  }
+
+  private sample() {
+    const histogram = this.histogram!
+    // The histogram counts delays beyond its resolution: a quiet loop has no samples at all.
+    const p99 = histogram.count > 0 ? histogram.percentile(99) / 1e6 : 0
+    histogram.reset()
+    this.lastLoopDelayMs = p99
+    this.metrics?.eventLoopDelayP99.set(p99 / 1000)
+    const { loopDelayMs } = this.limits
+    if (!this.overloaded && p99 > loopDelayMs) {
+      this.overloaded = true
+      this.logger?.warn('overloaded: new sessions, streams and messages are refused', { loopDelayP99Ms: Math.round(p99) })
+    } else if (this.overloaded && p99 < loopDelayMs / 2) {
+      this.overloaded = false
+      this.logger?.info('no longer overloaded', { loopDelayP99Ms: Math.round(p99) })
+    }
+  }
+
+  /** Whether the event loop is past its limit right now. */
+  get busy(): boolean {
+    return this.overloaded
+  }
+
+  /**
+   * Throws 503 OVERLOADED (Retry-After) when new work of this kind cannot be taken now.
+   * `load`: the counts the caller knows (open streams for a stream, turns in flight for a message).
+   */
+  admit(kind: Admission, load: { streams?: number; turnsInFlight?: number } = {}) {
+    const { maxStreams, maxTurnsInFlight } = this.limits
+    if (this.overloaded) this.refuse('loop_delay', `The service is overloaded (event-loop delay ${Math.round(this.lastLoopDelayMs)} ms); retry shortly`)
+    if ((kind === 'stream' || kind === 'session') && maxStreams > 0 && (load.streams ?? 0) >= maxStreams) {
+      this.refuse('streams', `This node holds its maximum of ${maxStreams} open streams; retry shortly (another node may take it)`)
+    }
+    if (kind === 'message' && maxTurnsInFlight > 0 && (load.turnsInFlight ?? 0) >= maxTurnsInFlight) {
+      this.refuse('turns', `This node runs its maximum of ${maxTurnsInFlight} assistant turns at once; retry shortly`)
+    }
+  }
+
+  private refuse(reason: 'loop_delay' | 'streams' | 'turns', message: string): never {
+    this.metrics?.overloadRefused.inc({ reason })
+    throw new ApiError(503, 'OVERLOADED', message, { reason }, { 'Retry-After': String(this.limits.retryAfterSeconds) })
+  }
+}

@@ -1,0 +1,166 @@
+// The write-behind of live sessions: a write that keeps failing is given up on (logged once,
+// counted, shown), never retried in a loop; the session goes on and is persisted again once a
+// write succeeds. Consumer ids per session are bounded on the engine side.
+import t from 'tap'
+import { parseCrews } from '../../engine/crews.js'
+import { SessionHost } from '../../engine/host.js'
+import { ScriptedProvider } from '../../engine/providers/scripted.js'
+import { InProcessTransport } from '../../engine/transport.js'
+import type { TransportEvent } from '../../engine/transport.js'
+import { MemoryBus } from '../../platform/bus/index.js'
+import { loadConfig } from '../../platform/config.js'
+import { createLogger } from '../../platform/logger.js'
+import { createMetrics, type Metrics } from '../../platform/metrics.js'
+import { MemoryStore, MongoStore, type Store } from '../../platform/store/index.js'
+import type { Platform } from '../../platform/index.js'
+import { SessionRecorder } from '../../reports/index.js'
+import { startMongoTestServer } from '../support/mongo-server.js'
+import { startTcpProxy } from '../support/tcp-proxy.js'
+import { DEFAULT_CREWS } from './fixtures/crews.js'
+
+const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
+const SESSION = '6f1d2c3b-4a5e-4f60-8b71-9c0d1e2f3a4b'
+const target = { sessionId: SESSION, accountId: 'acme' }
+
+function hostOn(store: Store, env: Record<string, string> = {}, writeBehind?: { maxAttempts?: number; retryMs?: number }) {
+  const lines: { level: string; msg: string; [k: string]: unknown }[] = []
+  const logger = createLogger('debug', {}, line => void lines.push(JSON.parse(line)))
+  const config = loadConfig({ LOG_LEVEL: 'silent', ...env })
+  const metrics = createMetrics()
+  const platform: Platform = { config, store, bus: new MemoryBus(logger), clock: { now: () => Date.now() }, logger, metrics }
+  const host = new SessionHost({
+    platform,
+    crews: parseCrews(DEFAULT_CREWS),
+    recorder: new SessionRecorder(store),
+    providers: { scripted: new ScriptedProvider() },
+    idleTimeoutMs: 60_000,
+    writeBehind,
+  })
+  return { host, transport: new InProcessTransport(host), lines, metrics }
+}
+
+async function metric(metrics: Metrics, name: string): Promise<number> {
+  const found = (await metrics.registry.getMetricsAsJSON()).find(m => m.name === name)
+  return (found?.values[0]?.value as number | undefined) ?? 0
+}
+
+function collector() {
+  const events: TransportEvent[] = []
+  return {
+    listener: (e: TransportEvent) => void events.push(e),
+    async until(name: string, count = 1) {
+      for (let i = 0; i < 500; i++) {
+        if (events.filter(e => e.kind === 'event' && e.name === name).length >= count) return
+        await sleep(10)
+      }
+      throw new Error(`no ${name}`)
+    },
+  }
+}
+
+/** A value JSON.stringify cannot encode (it overflows the stack), as the issue's fuzzer found. */
+function deeplyNested(depth: number) {
+  let value: unknown = 'bottom'
+  for (let i = 0; i < depth; i++) value = { v: value }
+  return value
+}
+
+t.test('a session whose state cannot be encoded is given up on once (log, metric, health), not retried every 250 ms', async t => {
+  const store = new MemoryStore()
+  const { host, transport, lines, metrics } = hostOn(store)
+  await host.init()
+  t.teardown(() => host.stop())
+  const c = collector()
+  await transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { deep: deeplyNested(200_000) } }, c.listener)
+  await sleep(1500)
+  const failures = lines.filter(l => /persistence failed/.test(l.msg))
+  t.equal(failures.length, 1, 'logged once')
+  t.equal(lines.filter(l => /retrying/.test(l.msg)).length, 0, 'an unencodable value is not retried')
+  t.equal(failures[0]!.sessionId, SESSION)
+  t.equal(await metric(metrics, 'switchboard_session_persistence_failures_total'), 1, 'counted')
+  t.equal(await metric(metrics, 'switchboard_sessions_persistence_stopped'), 1, 'shown as unpersisted')
+  t.match(host.writeBehind.unpersistedSessions(), { count: 1, sessions: [SESSION] })
+
+  // The session goes on; its next change tries once more (one attempt, no loop, no new log line).
+  await transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'hello' })
+  await c.until('assistant.message')
+  const history = (await transport.command(target, { type: 'query.history', after: 0, limit: 10 })) as { data: unknown[] }
+  t.ok(Array.isArray(history.data), 'history answers (does not wait forever for a write that will not happen)')
+  await sleep(500)
+  t.equal(lines.filter(l => /persistence failed/.test(l.msg)).length, 1, 'still logged once')
+
+  await transport.command(target, { type: 'session.destroy', reason: 'finished', by: 'channel' })
+  t.equal(host.writeBehind.unpersistedSessions().count, 0, 'the mark goes with the session')
+  t.equal(await metric(metrics, 'switchboard_sessions_persistence_stopped'), 0)
+})
+
+t.test('a store outage: retried with back-off a few times, then given up; persisted again after the store is back', async t => {
+  const mongo = await startMongoTestServer()
+  t.teardown(() => mongo.stop())
+  const proxy = await startTcpProxy(Number(new URL(mongo.url).port))
+  t.teardown(() => proxy.close())
+  const url = new URL(mongo.url)
+  url.port = String(proxy.port)
+  url.pathname = '/sb_write_behind'
+  const store = await MongoStore.connect(url.toString(), { serverSelectionTimeoutMS: 300 })
+  t.teardown(() => store.close())
+  const { host, transport, lines, metrics } = hostOn(store, {}, { maxAttempts: 4, retryMs: 50 })
+  await host.init()
+  t.teardown(() => host.stop())
+  const c = collector()
+  await transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: {} }, c.listener)
+  await c.until('crew.status.waiting')
+  await transport.command(target, { type: 'query.history', after: 0, limit: 10 })
+
+  proxy.cut()
+  await transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'while the store is away' })
+  await c.until('crew.status.waiting', 2)
+  const deadline = Date.now() + 15_000
+  while (host.writeBehind.unpersistedSessions().count === 0 && Date.now() < deadline) await sleep(50)
+  t.equal(host.writeBehind.unpersistedSessions().count, 1, 'given up after the retries')
+  const retries = lines.filter(l => /retrying/.test(l.msg)).length
+  t.equal(retries, 3, 'retried maxAttempts - 1 times, with back-off')
+  await sleep(1000)
+  t.equal(lines.filter(l => /retrying/.test(l.msg)).length, retries, 'no retry after giving up')
+  t.equal(lines.filter(l => /persistence failed/.test(l.msg)).length, 1, 'logged once')
+
+  proxy.heal()
+  await transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'store is back' })
+  await c.until('crew.status.waiting', 3)
+  const back = Date.now() + 15_000
+  while (host.writeBehind.unpersistedSessions().count > 0 && Date.now() < back) await sleep(50)
+  t.equal(host.writeBehind.unpersistedSessions().count, 0, 'persisted again')
+  t.equal(await metric(metrics, 'switchboard_sessions_persistence_stopped'), 0)
+  t.ok(lines.some(l => /persisted again/.test(l.msg)), 'the recovery is said')
+  const history = (await transport.command(target, { type: 'query.history', after: 0, limit: 50 })) as { data: { type: string; text?: string }[] }
+  t.same(
+    history.data.filter(e => e.type === 'message.user').map(e => e.text),
+    ["while the store is away", "store is back"],
+    'the entries held during the outage were written',
+  )
+})
+
+t.test('consumer ids per session are bounded on the engine side; the least recently used goes first', async t => {
+  const store = new MemoryStore()
+  const { host, transport } = hostOn(store, { ENGINE_MAX_CONSUMER_IDS_PER_SESSION: '3' })
+  await host.init()
+  t.teardown(() => host.stop())
+  const c = collector()
+  await transport.create({ sessionId: SESSION, consumerId: 'c0', accountId: 'acme', crewId: 'demo', arguments: {} }, c.listener)
+  for (let i = 1; i <= 200; i++) await transport.command(target, { type: 'consumer.attach', consumerId: `c${i}` })
+  // c198 is used again: it is now the most recent, so attaching one more forgets c199.
+  await transport.command(target, { type: 'user.message', consumerId: 'c198', text: 'hi' })
+  await transport.command(target, { type: 'consumer.attach', consumerId: 'c201' })
+  const doc = await store.collection('engine_sessions').findOne({ _id: SESSION })
+  t.ok(doc!.consumers.length <= 3, `the stored list is bounded (${doc!.consumers.length})`)
+  for (const gone of ['c0', 'c1', 'c150', 'c199']) {
+    await t.rejects(transport.command(target, { type: 'user.message', consumerId: gone, text: 'x' }), { status: 400, code: 'UNKNOWN_CONSUMER' }, `${gone} forgotten`)
+  }
+  await c.until('crew.status.waiting', 2)
+  for (const known of ['c198', 'c200', 'c201']) {
+    t.match(await transport.command(target, { type: 'user.message', consumerId: known, text: 'x' }), { accepted: true }, `${known} known`)
+  }
+  // Listening again makes a forgotten consumer known again.
+  await transport.command(target, { type: 'consumer.attach', consumerId: 'c0' })
+  t.match(await transport.command(target, { type: 'user.message', consumerId: 'c0', text: 'back' }), { accepted: true })
+})
