@@ -112,6 +112,12 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   // ------------------------------------------------------------------ reading
 
+  /** A document by _id; none for an id too long to be stored (LMDB keys are bounded: no lookup can take it). */
+  private byId(id: string): T | undefined {
+    if (id.length > MAX_ID_BYTES && Buffer.byteLength(id) > MAX_ID_BYTES) return undefined
+    return this.docs.get(id)
+  }
+
   /**
    * The documents worth testing against `filter`, lazily: by _id, by the planned index (in sort
    * order when `ordered`), else every document in _id order.
@@ -120,14 +126,14 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     const shape = shapeOf(filter)
     const id = filter._id
     if (typeof id === 'string') {
-      const doc = this.docs.get(id)
+      const doc = this.byId(id)
       this.store.reads.documents++
       return { docs: doc ? [doc] : [], ordered: true }
     }
     if (id && typeof id === 'object' && Array.isArray(id.$in) && Object.keys(id).length === 1 && id.$in.every((v: unknown) => typeof v === 'string')) {
       const docs: T[] = []
       for (const key of new Set<string>(id.$in)) {
-        const doc = this.docs.get(key)
+        const doc = this.byId(key)
         this.store.reads.documents++
         if (doc) docs.push(doc)
       }
@@ -303,6 +309,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   }
 
   private insertSync(doc: T) {
+    if (typeof doc._id === 'string' && Buffer.byteLength(doc._id) > MAX_ID_BYTES) throw new RangeError(`${this.name}: _id longer than ${MAX_ID_BYTES} bytes`)
     if (this.docs.doesExist(doc._id)) throw duplicate(this.name, '_id_')
     this.putDoc(doc, undefined)
   }

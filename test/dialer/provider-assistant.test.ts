@@ -17,6 +17,16 @@ const ADMIN_HEADERS = { UserId: 'supervisor-1' }
 const attemptsOf = async (base: string, batchId: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts`)).json.data
 const contactsOf = async (base: string, batchId: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/contacts`)).json.data
 
+/** The attempt's session opens just after the attempt is recorded (its crew slot and record are committed first). */
+async function historyOnceOpen(base: string, sessionId: string) {
+  let history = await call(base, 'GET', `${ADMIN}/${sessionId}/history`, { headers: ADMIN_HEADERS })
+  for (let i = 0; i < 100 && history.status === 404; i++) {
+    await new Promise(r => setTimeout(r, 20))
+    history = await call(base, 'GET', `${ADMIN}/${sessionId}/history`, { headers: ADMIN_HEADERS })
+  }
+  return history
+}
+
 t.test('a phone attempt opens an outbound session; ending it answers the attempt', async t => {
   const { base, service } = await startTestService(t, {
     env: { DIALER_CYCLE_MS: '0', DIALER_PROVIDERS: 'phone=assistant,whatsapp=assistant' },
@@ -34,7 +44,7 @@ t.test('a phone attempt opens an outbound session; ending it answers the attempt
   t.equal(inFlight.state, 'in_progress')
 
   // The session is the attempt's id: administration sees the outbound opening and the arguments.
-  const history = await call(base, 'GET', `${ADMIN}/${attempt.attemptId}/history`, { headers: ADMIN_HEADERS })
+  const history = await historyOnceOpen(base, attempt.attemptId)
   t.equal(history.status, 200, history.text)
   const entries: any[] = history.json.entries ?? history.json.data ?? history.json
   const created = entries.find(e => e.type === 'session.created')
@@ -66,7 +76,7 @@ t.test('a phone attempt opens an outbound session; ending it answers the attempt
   t.equal((await scheduler.runCycle()).claimed, 2)
   const open = await attemptsOf(base, many)
   for (const a of open) {
-    const h = await call(base, 'GET', `${ADMIN}/${a.attemptId}/history`, { headers: ADMIN_HEADERS })
+    const h = await historyOnceOpen(base, a.attemptId)
     const first = (h.json.entries ?? h.json.data ?? h.json).find((e: any) => e.type === 'message.assistant')
     t.match(first, { source: 'outbound', text: /^Hello Contact [23], this is an automated call/ }, 'the default opening, with the name')
     t.equal((await call(base, 'DELETE', `${ADMIN}/${a.attemptId}`, { headers: ADMIN_HEADERS })).status, 204)

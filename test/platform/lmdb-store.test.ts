@@ -88,6 +88,24 @@ t.test('the due-contact query reads the index in order and stops at its limit', 
   t.equal(store.reads.documents - probe.documents, 1, 'one document read')
 })
 
+t.test('an _id longer than a key can be is never found and never stored (a URL can carry one)', async t => {
+  const store = new LmdbStore({ path: tempDir(t) })
+  t.teardown(() => store.close())
+  const c = store.collection<Doc & { a?: string }>('long_ids')
+  await c.insertOne({ _id: 'short' })
+  for (const length of [600, 5_000, 100_000]) {
+    const id = 'x'.repeat(length)
+    t.equal(await c.findOne({ _id: id }), null, `findOne of a ${length}-character _id`)
+    t.same(await c.find({ _id: { $in: [id, 'short'] } }), [{ _id: 'short' }], '$in with it')
+    t.equal(await c.countDocuments({ _id: id }), 0)
+    t.equal(await c.deleteOne({ _id: id }), 0)
+    t.equal((await c.updateOne({ _id: id }, { $set: { a: 'b' } })).matchedCount, 0)
+    await t.rejects(c.insertOne({ _id: id }), /_id longer than 512 bytes/, 'an insert says why')
+    await t.rejects(c.updateOne({ _id: id }, { $set: { a: 'b' } }, { upsert: true }), /_id longer than 512 bytes/, 'an upsert too')
+  }
+  t.equal(await c.countDocuments({}), 1, 'nothing else was written')
+})
+
 t.test('TTL expiry walks its index a slice at a time', async t => {
   let now = Date.parse('2026-07-01T00:00:00Z')
   const store = new LmdbStore({ path: tempDir(t), clock: { now: () => now }, sweepIntervalMs: 0, ttlSlice: 100, ttlSlicesPerSweep: 2 })
