@@ -480,8 +480,9 @@ export class SessionHost {
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
         if (this.options.durableAcks) {
           await live.writer.flushed()
-          // Acknowledged only once written: a message whose write was given up on is not.
-          if (live.writer.unpersisted) throw new ApiError(503, 'SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { 'Retry-After': '5' })
+          // Acknowledged only once its history entry is written (a failed snapshot write alone
+          // loses nothing: a restore replays the log past the last snapshot).
+          if (live.writer.unwrittenEntries > 0) throw new ApiError(503, 'SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { 'Retry-After': '5' })
         }
         return { accepted: true, state: stateName(this.awake(live).getSnapshot()) }
       case 'admin.toolinject': {

@@ -229,7 +229,8 @@ export class SessionWriter {
 
   /** Resolves once everything asked for so far is written (or given up). */
   async flushed() {
-    if (this.done < this.asked && !this.givenUp) {
+    // Also after an earlier give-up: every change since is on its way (schedule() marks it).
+    if (this.done < this.asked) {
       const upTo = this.asked
       await new Promise<void>(resolve => this.waiters.push({ upTo, resolve }))
     }
@@ -244,6 +245,11 @@ export class SessionWriter {
   /** Whether the session's writes were given up on (until a later write succeeds). */
   get unpersisted() {
     return this.givenUp
+  }
+
+  /** History entries not written yet (held after a failed write): a message among them is not durable. */
+  get unwrittenEntries() {
+    return this.pending.length
   }
 
   /** @internal */

@@ -7,13 +7,14 @@ import { crewsFile } from '../engine/fixtures/crews.js'
 
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 
-async function counter(base: string, reason: string) {
-  const text = await (await fetch(`${base}/metrics`)).text()
+/** A refusal counter from the metrics listener (METRICS_PORT; /metrics is not on the API port). */
+async function counter(metricsBase: string, reason: string) {
+  const text = await (await fetch(`${metricsBase}/metrics`)).text()
   return Number(new RegExp(`^switchboard_overload_refused_total\\{reason="${reason}"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? 0)
 }
 
 t.test('open streams past OVERLOAD_MAX_STREAMS: new sessions and listens get 503 with Retry-After', async t => {
-  const { base } = await startTestService(t, { env: { OVERLOAD_MAX_STREAMS: '2', OVERLOAD_RETRY_AFTER_S: '3' } })
+  const { base, metricsBase } = await startTestService(t, { env: { OVERLOAD_MAX_STREAMS: '2', OVERLOAD_RETRY_AFTER_S: '3' } })
   const a = await createSession(base)
   const b = await createSession(base)
   const refused = await openSse(base, 'POST', `${CHANNEL}/demo`, { body: {} })
@@ -22,7 +23,7 @@ t.test('open streams past OVERLOAD_MAX_STREAMS: new sessions and listens get 503
   t.equal(refused.headers.get('retry-after'), '3')
   const listen = await openSse(base, 'POST', `${CHANNEL}/${a.sessionId}/listen`)
   t.equal(listen.status, 503, 'a new stream of an existing session too')
-  t.equal(await counter(base, 'streams'), 2)
+  t.equal(await counter(metricsBase, 'streams'), 2)
   // The streams already open are served as before.
   t.equal((await call(base, 'PUT', `${CHANNEL}/${a.sessionId}/${a.consumerId}`, { body: { message: 'still served' } })).status, 201)
   t.equal((await a.stream.next('assistant.message')).data.text, 'You said: still served')
@@ -59,7 +60,7 @@ t.test('turns in flight past ENGINE_MAX_TURNS_IN_FLIGHT: a message that would st
 })
 
 t.test('an event loop past OVERLOAD_LOOP_DELAY_MS refuses new work at once, and takes it again when it recovers', async t => {
-  const { base } = await startTestService(t, { env: { OVERLOAD_LOOP_DELAY_MS: '100' } })
+  const { base, metricsBase } = await startTestService(t, { env: { OVERLOAD_LOOP_DELAY_MS: '100' } })
   const a = await createSession(base)
   await a.stream.next('crew.status.waiting')
   let refused: Awaited<ReturnType<typeof call>> | null = null
@@ -73,7 +74,7 @@ t.test('an event loop past OVERLOAD_LOOP_DELAY_MS refuses new work at once, and 
   }
   t.ok(refused, 'a message right after a stall is refused')
   t.match(refused!.json, { code: 'OVERLOADED', reason: 'loop_delay' })
-  t.ok(await counter(base, 'loop_delay') >= 1)
+  t.ok(await counter(metricsBase, 'loop_delay') >= 1)
   await sleep(700)
   t.equal((await call(base, 'PUT', `${CHANNEL}/${a.sessionId}/${a.consumerId}`, { body: { message: 'recovered' } })).status, 201, 'served again once the loop is back')
   t.equal((await a.stream.next(e => e.event === 'assistant.message' && e.data.text === 'You said: recovered')).data.text, 'You said: recovered')

@@ -27,7 +27,7 @@ t.test('a session whose snapshot write always fails stops retrying and is report
   }
 
   const sent = await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'hola' } })
-  t.equal(sent.status, 201)
+  t.equal(sent.status, 201, sent.text)
   await stream.next('assistant.message')
 
   let health: any
@@ -45,7 +45,7 @@ t.test('a session whose snapshot write always fails stops retrying and is report
 
   // The conversation goes on; the process lives.
   const again = await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'sigues ahí?' } })
-  t.equal(again.status, 201)
+  t.equal(again.status, 201, again.text)
   await stream.next('assistant.message')
   const closed = await call(base, 'DELETE', `${CHANNEL}/${sessionId}`, { body: { reason: 'user_closed' } })
   t.equal(closed.status, 201)
