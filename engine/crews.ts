@@ -3,6 +3,7 @@
 // a bad file fails before any port opens.
 import { readFileSync } from 'node:fs'
 import { SchemaRegistry, type JsonSchema, type ValidationIssue } from '../schemas/validator.js'
+import type { AttentionSettings } from './attention.js'
 import type { Guardrail } from './conversation.js'
 import type { Modifiers } from './types.js'
 
@@ -55,6 +56,8 @@ export interface Crew {
   agents: string[]
   modifiers: Modifiers
   guardrails?: Guardrail[]
+  /** When its sessions call a supervisor (engine/attention.ts); defaults there. */
+  attention?: AttentionSettings
   tools: ToolDefinition[]
   assistant: ScriptedAssistant | OpenAiAssistant
 }
@@ -105,6 +108,14 @@ const crewsFileSchema: JsonSchema = {
                 appliesTo: { enum: ['user', 'assistant', 'both'] },
                 replacement: { type: 'string' },
               },
+            },
+          },
+          attention: {
+            type: 'object',
+            additionalProperties: false,
+            properties: {
+              humanRequestPhrases: { type: 'array', maxItems: 200, items: { type: 'string', minLength: 1, maxLength: 100 } },
+              noReplySeconds: { type: 'integer', minimum: 1, maximum: 86_400 },
             },
           },
           tools: {

@@ -33,6 +33,7 @@ import { digestAdd, recentWindow, summarizeDigest } from './conversation.js'
 import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
 import { RecordWriter } from './record-writer.js'
+import { AttentionRules } from './attention.js'
 import { SessionStore, type SnapshotWrite } from './session-store.js'
 import { SessionWriter, WriteBehind } from './session-writer.js'
 import type { ConversationMessage } from './types.js'
@@ -231,6 +232,14 @@ export class SessionHost {
     return { unsubscribe: () => live.listeners.delete(listener) }
   }
 
+  /** Each crew's attention rules, compiled once. */
+  private readonly attentionRules = new WeakMap<Crew, AttentionRules>()
+  private attentionRulesOf(crew: Crew): AttentionRules {
+    let rules = this.attentionRules.get(crew)
+    if (!rules) this.attentionRules.set(crew, (rules = new AttentionRules(crew.attention)))
+    return rules
+  }
+
   /** How many live sessions are no longer being saved (reported by /healthz; see engine/session-writer.ts). */
   get sessionsNotPersisted(): number {
     return this.writeBehind.unpersistedSessions().count
@@ -264,7 +273,7 @@ export class SessionHost {
           fence: () => this.fenceOf(id),
           lost: why => this.drop(live, why),
         },
-        new RecordWriter(this.options.recorder, id, this.options.platform.logger),
+        new RecordWriter(this.options.recorder, id, this.options.platform.logger, this.attentionRulesOf(crew)),
       ),
       idleTimer: null,
       idleDeadline: Number.MAX_SAFE_INTEGER,

@@ -58,7 +58,7 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
   const reaper = newReaper(platform, host)
   const transport: SessionTransport = new InProcessTransport(host)
   const hub = newHub(platform, transport)
-  const directory = new SessionDirectory(platform.store, platform.clock)
+  const directory = new SessionDirectory(platform.store, platform.clock, crews)
   const presence = new Presence()
   return {
     name: 'engine',
@@ -148,7 +148,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     replay: (sessionId, after) => ready(remote).replay(sessionId, after),
   }
   const hub = newHub(platform, transport)
-  const sessions = new SessionDirectory(platform.store, platform.clock)
+  const sessions = new SessionDirectory(platform.store, platform.clock, crews)
   const presence = new Presence()
   return {
     name: 'engine',

@@ -6,7 +6,10 @@
 // bucket) to keep in step, and a closed session stays listed after its node is gone.
 import type { Collection, Filter, Store } from '../platform/store/index.js'
 import type { Clock } from '../platform/clock.js'
-import { SESSION_RECORDS, type SessionRecordDoc, type SessionStatus } from '../reports/index.js'
+import { ApiError } from '../gateway/errors.js'
+import { SESSION_RECORDS, SessionRecorder, type LastMessage, type SessionRecordDoc, type SessionStatus } from '../reports/index.js'
+import { awaitingReplySince, DEFAULT_NO_REPLY_SECONDS, flagsOf, type AttentionFlag, type AttentionReason } from './attention.js'
+import type { CrewCatalog } from './crews.js'
 
 /** How long a closed session stays in the default listing. */
 export const RECENTLY_CLOSED_MS = 60 * 60_000
@@ -49,7 +52,17 @@ export interface ListedSession {
   endReason: string | null
   /** Unix ms of the session's last recorded activity (a turn, a transfer, a pause, the close). */
   lastActivity: number
+  /** Where the conversation stands: whose move it is. */
+  phase: SessionPhase
+  /** The last user or assistant message, clipped to 200 characters. */
+  lastMessage: LastMessage | null
+  /** Unix ms of the user message still without an assistant reply, or null. */
+  awaitingReplySince: number | null
+  /** Why the session needs a human now (engine/attention.ts); empty when it does not. */
+  attention: AttentionFlag[]
 }
+
+export type SessionPhase = 'awaiting_user' | 'awaiting_assistant' | 'awaiting_tool' | 'paused' | 'closed'
 
 export interface ListingPage {
   data: ListedSession[]
@@ -61,12 +74,38 @@ const CLOSED: SessionStatus[] = ['completed', 'abandoned', 'transferred_to_human
 
 export class SessionDirectory {
   private readonly records: Collection<SessionRecordDoc>
+  private readonly recorder: SessionRecorder
 
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
+    /** The crews' attention settings (no-reply delay); absent: the defaults. */
+    private readonly crews?: CrewCatalog,
   ) {
     this.records = store.collection<SessionRecordDoc>(SESSION_RECORDS)
+    this.recorder = new SessionRecorder(store, clock)
+  }
+
+  /** How the listing and the feed show a record now. */
+  listed(r: SessionRecordDoc, now = this.clock.now()): ListedSession {
+    const noReplySeconds = this.crews?.get(r.crew_id)?.attention?.noReplySeconds ?? DEFAULT_NO_REPLY_SECONDS
+    return listed(r, now, noReplySeconds * 1000)
+  }
+
+  /**
+   * A supervisor acknowledges a raised flag of a live session: 404 for a session the account does
+   * not have (or another account's), 409 when that flag is not raised (or already acknowledged).
+   */
+  async acknowledge(accountId: string, sessionId: string, reason: AttentionReason, userId: string): Promise<AttentionFlag> {
+    const record = await this.records.findOne({ _id: sessionId, accountId })
+    if (!record) throw new ApiError(404, 'SESSION_NOT_FOUND', `Session ${sessionId} not found`)
+    const now = this.clock.now()
+    const flag = this.listed(record, now).attention.find(f => f.reason === reason && !f.acknowledged)
+    if (!flag) throw new ApiError(409, 'ATTENTION_NOT_RAISED', `Session ${sessionId} has no unacknowledged ${reason} flag`, { reason })
+    if (!(await this.recorder.flagAcknowledged(accountId, sessionId, reason, { userId, at: now }))) {
+      throw new ApiError(409, 'ATTENTION_NOT_RAISED', `Session ${sessionId} has ended`, { reason })
+    }
+    return { ...flag, acknowledged: true, acknowledgedBy: userId, acknowledgedAt: now }
   }
 
   /** Account-wide, newest first (the report index is per crew). */
@@ -103,20 +142,24 @@ export class SessionDirectory {
     const page = rows.slice(0, q.limit)
     const last = page[page.length - 1]
     return {
-      data: page.map(r => listed(r, now)),
+      data: page.map(r => this.listed(r, now)),
       ...(rows.length > q.limit && last ? { nextCursor: encodeCursor({ startTime: last.start_time, sessionId: last._id }) } : {}),
     }
   }
 }
 
-export function listed(r: SessionRecordDoc, now: number): ListedSession {
+function listed(r: SessionRecordDoc, now: number, noReplyMs: number): ListedSession {
+  const live = r.end_time === null
+  const times = { live, paused: r.status === 'paused', lastUserAt: r.last_user_at, lastAssistantAt: r.last_assistant_at }
+  const attention = flagsOf(r.attention, times, noReplyMs, now)
+  const waiting = live ? awaitingReplySince(times) : null
   return {
     sessionId: r.session_id,
     crewId: r.crew_id,
     agentId: r.agent_id,
     agents: r.agents,
     state: r.status,
-    live: r.end_time === null,
+    live,
     startTime: r.start_time,
     endTime: r.end_time,
     age: Math.max(0, (r.end_time ?? now) - r.start_time),
@@ -127,6 +170,10 @@ export function listed(r: SessionRecordDoc, now: number): ListedSession {
     transfers: r.transfers,
     endReason: r.end_reason,
     lastActivity: r.updated_at ?? r.start_time,
+    phase: !live ? 'closed' : r.status === 'paused' ? 'paused' : r.attention?.tool_result_awaited?.since !== undefined ? 'awaiting_tool' : waiting !== null ? 'awaiting_assistant' : 'awaiting_user',
+    lastMessage: r.last_message ?? null,
+    awaitingReplySince: waiting,
+    attention,
   }
 }
 

@@ -10,7 +10,7 @@ import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gatew
 import { ApiError } from '../gateway/errors.js'
 import type { StreamRoute } from '../gateway/routes.js'
 import type { Clock } from '../platform/clock.js'
-import { listed, type SessionDirectory } from './session-directory.js'
+import type { SessionDirectory } from './session-directory.js'
 import { userIdOf } from './routes/common.js'
 import { SESSIONS_PATH } from './routes/supervision.js'
 
@@ -70,7 +70,7 @@ export function feedRoute(directory: SessionDirectory, clock: Clock, options: Fe
             const untouched = r.messages === 0 && r.transfers === 0 && r.status === 'active'
             const kind = r.end_time !== null ? 'closed' : untouched && !known ? 'created' : 'changed'
             if (at > position) position = at
-            stream.send(position, eventBody(`session.${kind}`, { kind, session: listed(r, now) }))
+            stream.send(position, eventBody(`session.${kind}`, { kind, session: directory.listed(r, now) }))
           }
           for (const [id, at] of sent) if (at < floor) sent.delete(id)
         } catch {

@@ -12,7 +12,7 @@ import { sessionsDetail } from './sessions-detail.js'
 import { SLOT_COUNTS, SLOT_STATS, type SlotCountDoc, type SlotStatsDoc } from './slots.js'
 import { SlotMigration } from './slot-migration.js'
 
-export { SessionRecorder, type SessionRecordDoc, type SessionStatus, SESSION_RECORDS } from './session-records.js'
+export { SessionRecorder, type LastMessage, type SessionRecordDoc, type SessionStatus, type TurnCounts, SESSION_RECORDS } from './session-records.js'
 export { loadDefinitions, parseDefinitions, type ReportDefinition, type MetricDefinition } from './definitions.js'
 
 export const REPORTS_BASE = '/engine/v1/api/reports'

@@ -36,10 +36,33 @@ export interface SessionRecordDoc {
   end_reason: string | null
   /** Unix ms of the last write (the supervisors' lifecycle feed reads changes by it; engine/session-feed.ts). */
   updated_at?: number
+  /** Unix ms of the last user and assistant messages (the listing's phase and no-reply flag). */
+  last_user_at?: number
+  last_assistant_at?: number
+  /** The last message, clipped (the supervisors' listing). */
+  last_message?: LastMessage
+  /** Raised attention flags by reason (engine/attention.ts decides them; this module stores them). */
+  attention?: Record<string, { since?: number; detail?: string; ack_by?: string; ack_at?: number }>
   /** The 15-minute UTC quarter of start_time; present once the record is in the block counts. */
   slot?: number
   /** false while live; true once its final values are in the block stats (absent: written before them). */
   slotted?: boolean
+}
+
+export interface LastMessage {
+  author: 'user' | 'assistant'
+  text: string
+  at: number
+}
+
+/** What a flush of a turn adds: counts, and the latest message times. */
+export interface TurnCounts {
+  userMessages?: number
+  assistantMessages?: number
+  toolCalls?: number
+  lastUserAt?: number
+  lastAssistantAt?: number
+  lastMessage?: LastMessage
 }
 
 export const SLOT_MIGRATIONS = 'report_migrations'
@@ -114,13 +137,37 @@ export class SessionRecorder {
     await this.apply(updates)
   }
 
-  async counted(sessionId: string, counts: { userMessages?: number; assistantMessages?: number; toolCalls?: number }) {
+  async counted(sessionId: string, counts: TurnCounts) {
     const user = counts.userMessages ?? 0
     const assistant = counts.assistantMessages ?? 0
+    const set: Record<string, unknown> = { updated_at: this.clock.now() }
+    if (counts.lastUserAt !== undefined) set.last_user_at = counts.lastUserAt
+    if (counts.lastAssistantAt !== undefined) set.last_assistant_at = counts.lastAssistantAt
+    if (counts.lastMessage) set.last_message = counts.lastMessage
     await this.records.updateOne(
       { _id: sessionId, end_time: null },
-      { $inc: { messages: user + assistant, user_messages: user, assistant_messages: assistant, tool_calls: counts.toolCalls ?? 0 }, $set: { updated_at: this.clock.now() } },
+      { $inc: { messages: user + assistant, user_messages: user, assistant_messages: assistant, tool_calls: counts.toolCalls ?? 0 }, $set: set },
     )
+  }
+
+  /** An attention flag is raised (again): its time and detail change, an earlier acknowledgement stays (older than it). */
+  async flagRaised(sessionId: string, reason: string, flag: { since: number; detail?: string }) {
+    const set: Record<string, unknown> = { [`attention.${reason}.since`]: flag.since, updated_at: this.clock.now() }
+    if (flag.detail !== undefined) set[`attention.${reason}.detail`] = flag.detail
+    await this.records.updateOne({ _id: sessionId, end_time: null }, { $set: set })
+  }
+
+  async flagCleared(sessionId: string, reason: string) {
+    await this.records.updateOne({ _id: sessionId, end_time: null, [`attention.${reason}`]: { $exists: true } }, { $unset: { [`attention.${reason}`]: '' }, $set: { updated_at: this.clock.now() } })
+  }
+
+  /** A supervisor acknowledged a flag of a live session of the account; false when there is no such live session. */
+  async flagAcknowledged(accountId: string, sessionId: string, reason: string, by: { userId: string; at: number }): Promise<boolean> {
+    const result = await this.records.updateOne(
+      { _id: sessionId, accountId, end_time: null },
+      { $set: { [`attention.${reason}.ack_by`]: by.userId, [`attention.${reason}.ack_at`]: by.at, updated_at: this.clock.now() } },
+    )
+    return result.matchedCount === 1
   }
 
   async transferred(sessionId: string, agentId: string) {

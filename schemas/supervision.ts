@@ -39,6 +39,31 @@ export const supervisionSchemas = {
       endReason: { type: ['string', 'null'] },
       watchers: { type: 'array', items: { type: 'string' }, description: 'UserIds of the supervisors watching it (open watch streams on the answering gateway)' },
       lastActivity: { type: 'integer', description: 'Unix ms of the last recorded activity (a turn, a transfer, a pause, the close)' },
+      phase: { type: 'string', enum: ['awaiting_user', 'awaiting_assistant', 'awaiting_tool', 'paused', 'closed'], description: "Whose move it is" },
+      lastMessage: {
+        type: ['object', 'null'],
+        required: ['author', 'text', 'at'],
+        properties: { author: { type: 'string', enum: ['user', 'assistant'] }, text: { type: 'string', description: 'Clipped to 200 characters' }, at: { type: 'integer' } },
+      },
+      awaitingReplySince: { type: ['integer', 'null'], description: 'Unix ms of the user message still without an assistant reply' },
+      attention: { type: 'array', items: { $ref: 'supervision.attention.flag' }, description: 'Why the session needs a human now; empty when it does not' },
+    },
+  },
+  'supervision.attention.flag': {
+    type: 'object',
+    required: ['reason', 'since', 'acknowledged'],
+    properties: {
+      reason: {
+        type: 'string',
+        enum: ['guardrail', 'assistant_error', 'tool_result_awaited', 'human_requested', 'no_reply'],
+        description:
+          "guardrail: a guardrail redacted a message (detail: its id); assistant_error: no reply could be produced; tool_result_awaited: an external tool call waits (detail: the tool; cleared by its result); human_requested: the user asked for a person (the crew's attention.humanRequestPhrases); no_reply: a user message without reply for the crew's attention.noReplySeconds (default 30)",
+      },
+      since: { type: 'integer', description: 'Unix ms of the latest occurrence' },
+      detail: { type: 'string' },
+      acknowledged: { type: 'boolean' },
+      acknowledgedBy: { type: 'string', description: 'UserId of the supervisor who acknowledged it' },
+      acknowledgedAt: { type: 'integer' },
     },
   },
   'supervision.sessions.page': {

@@ -2,9 +2,12 @@
 // header as the session administration routes.
 import type { JsonRoute } from '../../gateway/routes.js'
 import { enumParam, intParam, invalidParameter } from '../../gateway/query.js'
+import { ApiError } from '../../gateway/errors.js'
+import { ATTENTION_REASONS, type AttentionReason } from '../attention.js'
 import { decodeCursor, LISTING_STATES, type SessionDirectory } from '../session-directory.js'
 import type { Presence } from '../session-watch.js'
-import { userIdOf } from './common.js'
+import { ADMIN_BASE } from './admin.js'
+import { userIdOf, uuidParam } from './common.js'
 
 export const SESSIONS_PATH = '/engine/api/administration/sessions'
 
@@ -48,5 +51,31 @@ export function supervisionRoutes(directory: SessionDirectory, presence: Presenc
       return { status: 200, body: { ...page, data: page.data.map(r => ({ ...r, watchers: presence.of(r.sessionId) })) } }
     },
   }
-  return [listing]
+  const acknowledge: JsonRoute = {
+    method: 'put',
+    path: `${ADMIN_BASE}/:sessionId/attention/:reason`,
+    role: 'admin',
+    tag: 'Session administration',
+    summary: `Acknowledge an attention flag of a live session (reason: ${ATTENTION_REASONS.join(', ')}); it stays listed as acknowledged until it is raised again`,
+    requiredHeaders: ['UserId'],
+    responses: {
+      '200': { description: 'The flag, acknowledged by this UserId', schema: 'supervision.attention.flag' },
+      '400': { description: 'USER_ID_REQUIRED, INVALID_USER_ID, INVALID_SESSION_ID or INVALID_ATTENTION_REASON' },
+      '401': { description: 'Missing or unknown apikey' },
+      '403': { description: 'The key lacks the admin role' },
+      '404': { description: 'SESSION_NOT_FOUND (also for another account\'s session)' },
+      '409': { description: 'ATTENTION_NOT_RAISED: the session has no unacknowledged flag of that reason (or has ended)' },
+    },
+    async handle(ctx) {
+      const userId = userIdOf(ctx)
+      const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
+      const reason = ctx.params.reason ?? ''
+      if (!(ATTENTION_REASONS as readonly string[]).includes(reason)) {
+        throw new ApiError(400, 'INVALID_ATTENTION_REASON', `reason must be one of ${ATTENTION_REASONS.join(', ')}`, { field: 'reason' })
+      }
+      const flag = await directory.acknowledge(ctx.principal.accountId, sessionId, reason as AttentionReason, userId)
+      return { status: 200, body: flag }
+    },
+  }
+  return [listing, acknowledge]
 }
