@@ -1,8 +1,9 @@
 // Overload is answered, not queued. Past what this process can serve, new work is refused at
 // once with 503 and Retry-After, so the work already accepted (live sessions, their streams and
 // turns) keeps its latency instead of every request waiting in an ever longer queue:
-//   - event-loop delay: its p99 over the last window (250 ms) above OVERLOAD_LOOP_DELAY_MS; the
-//     process counts as overloaded until a window's p99 is back under half of it;
+//   - event-loop delay: its p99 above OVERLOAD_LOOP_DELAY_MS in two windows (250 ms) in a row,
+//     or above twice it in one: one long tick (a major GC) is not overload, a loop that stays
+//     late is. The process counts as overloaded until a window's p99 is back under half of it;
 //   - open streams on this process above OVERLOAD_MAX_STREAMS (new streams only);
 //   - assistant turns in flight on this process above ENGINE_MAX_TURNS_IN_FLIGHT (messages that
 //     would start a turn only).
@@ -32,6 +33,8 @@ export class OverloadGuard {
   private histogram: IntervalHistogram | null = null
   private timer: NodeJS.Timeout | null = null
   private overloaded = false
+  /** Windows in a row whose p99 was past the limit. */
+  private lateWindows = 0
   /** p99 of the last complete window (ms). */
   lastLoopDelayMs = 0
 
@@ -69,7 +72,10 @@ export class OverloadGuard {
     this.lastLoopDelayMs = p99
     this.metrics?.eventLoopDelayP99.set(p99 / 1000)
     const { loopDelayMs } = this.limits
-    if (!this.overloaded && p99 > loopDelayMs) {
+    const late = p99 > loopDelayMs
+    const sustained = late && this.lateWindows > 0
+    this.lateWindows = late ? this.lateWindows + 1 : 0
+    if (!this.overloaded && (sustained || p99 > 2 * loopDelayMs)) {
       this.overloaded = true
       this.logger?.warn('overloaded: new sessions, streams and messages are refused', { loopDelayP99Ms: Math.round(p99) })
     } else if (this.overloaded && p99 < loopDelayMs / 2) {

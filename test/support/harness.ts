@@ -69,6 +69,9 @@ export async function startTestService(
     API_KEYS,
     LOG_LEVEL: 'silent',
     DATA_DIR: dataDir,
+    // Load shedding on event-loop delay is off unless a test asks for it (test/channel/overload):
+    // a shared CI machine and the TypeScript loader stall the loop for reasons of their own.
+    OVERLOAD_LOOP_DELAY_MS: '0',
     ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}),
     ...options.env,
   })
