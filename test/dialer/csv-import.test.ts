@@ -118,3 +118,20 @@ t.test('a large CSV is streamed through the import', async t => {
   const batch = await call(base, 'GET', `/dialer/v1/batches/${create.json.batchId}`)
   t.equal(batch.json.totalContacts, rows)
 })
+
+t.test('a row longer than 1 MiB ends the import with a row error saying which row, and the process stays well', async t => {
+  const { base } = await startTestService(t, { env: { DIALER_CHUNK_SIZE: '2' } })
+  const { uploadUrl: url, tempCsvKey } = await uploadUrl(base)
+  // Without a bound the parser holds the whole line (a 1 GiB one-line upload takes the heap).
+  const csv = ['id,full_name,mobile,home,mail,plan', 'r1,Ana,34600000001,,,gold', 'r2,Luis,34600000002,,,gold', `r3,${'x'.repeat(1_100_000)},34600000003,,,gold`, 'r4,Eva,34600000004,,,gold'].join('\n')
+  t.equal((await put(url, csv)).status, 200)
+  const create = await call(base, 'POST', '/dialer/v1/batches', { body: { name: 'long row', channel: 'phone', duplicateStrategy: 'merge', tempCsvKey, columnMapping: MAPPING } })
+  t.equal(create.status, 201)
+  const op = await waitForOperation(base, create.json.importOperationId)
+  t.equal(op.status, 'failed')
+  const batch = await call(base, 'GET', `/dialer/v1/batches/${create.json.batchId}`)
+  t.match(batch.json, { uploadStatus: 'failed', importErrorCount: 1 })
+  const errors = await call(base, 'GET', `/dialer/v1/batches/${create.json.batchId}/import-errors`)
+  t.match(errors.json.data, [{ row: 3, code: 'CSV_RECORD_TOO_LARGE' }])
+  t.equal((await call(base, 'GET', '/healthz', { key: null })).status, 200)
+})
