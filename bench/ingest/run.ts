@@ -6,43 +6,39 @@
 //   - end-to-end contacts/s: contacts / (first request sent -> every operation reads `succeeded`,
 //                            polled every POLL_MS);
 //   - ack latency p50/p99 per request.
-// Baseline (Mongo path only): the same number of contact documents, same shape as the service
-// writes (ContactDoc), written by a bare `mongodb` driver insertMany loop (1000 per call, the same
-// concurrency) into a fresh database on the same wire server, with the same indexes as the
-// service's contacts collection. Ratios: service / bare, for ack and for end-to-end.
-//
-// What the figures mean: the Mongo path runs against the wire-protocol test server
-// (test/support/mongo-wire-server.py: mockupdb + mongomock, pure Python, every query a scan),
-// which is orders of magnitude slower than mongod. The absolute contacts/s on that row say
-// nothing about production; the ratio to the bare insertMany loop on the same server in the same
-// run (how much the service's extra work - validation, cap check, operation document, plan,
-// upserts, counters - costs on top of the raw writes) is what transfers to a real mongod, and
-// even that only roughly. The test server runs every command under one global lock, looks up
-// only by _id or a full unique-index equality, and scans the whole collection for anything
-// else: the service's per-request cap count (accountId + state), per-chunk plan read (batchId +
-// identifier $in) and per-load total count (batchId) each scan every contact stored so far,
-// where mongod would use an index, while insertMany scans nothing. So on this server the
-// ratio is pessimistic for the service and can fall as N grows. Set MONGO_URL to bench a real
-// mongod.
-// The memory row is the embedded store: no baseline, shown for scale. Client, service and
-// (Python) server share the same machine and cores.
+// Rows:
+//   - embedded: the default store (LMDB under a fresh DATA_DIR, durable work queue), 100 x 1000
+//     contacts, 4 in flight. Baseline in the same run: the bare work of the same loads in this
+//     process without the service: JSON.parse of the same bodies, the route's own validation
+//     (parseContactsBody) and an upsert of each ContactDoc into a Map by (batchId, identifier).
+//     Ratios: service / baseline, for ack and for end-to-end.
+//   - mongo (INGEST_MONGO=1 or MONGO_URL): the same against the MongoDB wire-protocol test server
+//     (test/support/mongo-wire-server.py: mockupdb + mongomock, pure Python, every query a scan),
+//     beside a bare `mongodb` driver insertMany loop of the same documents on the same server.
+//     Those absolute figures say nothing about a real mongod (see the ratio only); set MONGO_URL
+//     to bench one. Off by default: 30 requests take minutes there.
+// Client, service and (Python) server share the same machine and cores.
 //
 //   node --import @tapjs/typescript/import bench/ingest/run.ts     (or: make bench BENCH=ingest)
-// Env: INGEST_REQUESTS (30 on the test server, where 50 does not finish within the hard stop on
-// a 2-core machine; 50 with MONGO_URL), INGEST_CONCURRENCY (4), INGEST_SKIP_MEMORY=1, MONGO_URL.
+// Env: INGEST_REQUESTS (100 embedded; 30 on the test server), INGEST_CONCURRENCY (4),
+// INGEST_MONGO=1, MONGO_URL.
 // Hard stop: 4 minutes from start; a row cut short says so and covers what finished.
 import { randomUUID } from 'node:crypto'
+import { rmSync } from 'node:fs'
 import { MongoClient } from 'mongodb'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'
 import { startService, type RunningService } from '../../service.js'
 import { COLLECTIONS, INDEXES, NO_PRIORITY_RANK, type ContactDoc } from '../../dialer/collections.js'
+import { parseContactsBody } from '../../dialer/contact-input.js'
 import { startMongoTestServer, type MongoTestServer } from '../../test/support/mongo-server.js'
 import { runHeader, writeResults } from '../support.js'
 
 const KEY = 'bench-ingest-key-00000000'
 const PER_REQUEST = 1000
-const REQUESTS = Number(process.env.INGEST_REQUESTS ?? (process.env.MONGO_URL ? 50 : 30))
+const WITH_MONGO = process.env.INGEST_MONGO === '1' || !!process.env.MONGO_URL
+const REQUESTS = Number(process.env.INGEST_REQUESTS ?? 100)
+const MONGO_REQUESTS = Number(process.env.INGEST_REQUESTS ?? (process.env.MONGO_URL ? 50 : 30))
 const CONCURRENCY = Number(process.env.INGEST_CONCURRENCY ?? 4)
 const POLL_MS = 75
 const HARD_STOP_MS = 4 * 60_000
@@ -97,7 +93,7 @@ interface Row {
   ackLatencyP99Ms: number
 }
 
-async function benchService(store: string, mongoUrl?: string): Promise<Row> {
+async function benchService(store: string, REQUESTS: number, mongoUrl?: string): Promise<Row> {
   const config = loadConfig({
     PORT: '0',
     HOST: '127.0.0.1',
@@ -168,11 +164,12 @@ async function benchService(store: string, mongoUrl?: string): Promise<Row> {
     }
   } finally {
     await service.close()
+    rmSync(config.dataDir, { recursive: true, force: true })
   }
 }
 
 /** The bare driver: the same documents (ContactDoc shape) by insertMany, 1000 per call. */
-async function benchBare(mongoUrl: string) {
+async function benchBare(mongoUrl: string, REQUESTS: number) {
   const client = await new MongoClient(mongoUrl).connect()
   try {
     const collection = client.db().collection<ContactDoc>(COLLECTIONS.contacts)
@@ -220,6 +217,36 @@ function withDatabase(url: string, name: string) {
   return parsed.toString()
 }
 
+/**
+ * The baseline: the same loads' bare work in this process, no service, no I/O: parse each body,
+ * validate it as the route does, upsert each contact (ContactDoc) into a Map by (batchId,
+ * identifier). One thread, one request after the other.
+ */
+function benchBaseline(requests: number) {
+  const bodies = Array.from({ length: requests }, (_, i) => JSON.stringify({ contacts: contacts(i) }))
+  const byKey = new Map<string, ContactDoc>()
+  const batchId = randomUUID()
+  const t0 = performance.now()
+  for (const body of bodies) {
+    const now = Date.now()
+    for (const c of parseContactsBody(JSON.parse(body), now)) {
+      const identifier = c.identifier ?? randomUUID()
+      const key = `${batchId}\u0000${identifier}`
+      const at = new Date(now)
+      const existing = byKey.get(key)
+      if (existing) Object.assign(existing, { name: c.name, addresses: c.addresses, updatedAt: at })
+      else
+        byKey.set(key, {
+          _id: randomUUID(), accountId: 'bench', batchId, identifier, identifierGenerated: c.identifier === undefined, name: c.name,
+          addresses: c.addresses as ContactDoc['addresses'], scheduledAt: null, contactPriority: null, priorityRank: NO_PRIORITY_RANK,
+          customFields: c.customFields ?? {}, state: 'pending', nextAttemptAt: at, attempts: 0, addressAttempts: {}, createdAt: at, updatedAt: at,
+        })
+    }
+  }
+  const seconds = (performance.now() - t0) / 1000
+  return { contacts: byKey.size, seconds: Math.round(seconds * 1000) / 1000, contactsPerSecond: Math.round(byKey.size / seconds) }
+}
+
 let server: MongoTestServer | undefined
 // Last resort if something hangs past the hard stop: stop the wire server and leave.
 const watchdog = setTimeout(async () => {
@@ -229,32 +256,37 @@ const watchdog = setTimeout(async () => {
 }, HARD_STOP_MS + 20_000)
 watchdog.unref()
 
-const rows: Row[] = []
-let bare!: Awaited<ReturnType<typeof benchBare>>
-try {
-  server = await startMongoTestServer()
-  console.log(`mongo: ${process.env.MONGO_URL ? 'MONGO_URL' : 'wire-protocol test server (mockupdb + mongomock)'}; ${REQUESTS} x ${PER_REQUEST} contacts, ${CONCURRENCY} in flight`)
-  bare = await benchBare(withDatabase(server.url, 'bench_ingest_bare'))
-  console.log(`mongo bare insertMany: ${bare.contactsPerSecond} contacts/s (${bare.seconds} s)`)
-  rows.push(await benchService('mongo', withDatabase(server.url, 'bench_ingest')))
-  console.log(`mongo service: done at ${round((Date.now() - started) / 1000)} s`)
-} finally {
-  await server?.stop()
+console.log(`embedded: ${REQUESTS} x ${PER_REQUEST} contacts, ${CONCURRENCY} in flight`)
+const baseline = benchBaseline(REQUESTS)
+console.log(`baseline (parse + validate + upsert in memory): ${baseline.contactsPerSecond} contacts/s (${baseline.seconds} s)`)
+const rows: Row[] = [await benchService('embedded', REQUESTS)]
+const embedded = rows[0]!
+console.log(`embedded service: ${embedded.endToEndContactsPerSecond} contacts/s end to end, ack p50 ${embedded.ackLatencyP50Ms} ms p99 ${embedded.ackLatencyP99Ms} ms`)
+const ratio = (x: number) => Number(x.toPrecision(2))
+const embeddedRatios = { endToEndOverBaseline: ratio(embedded.endToEndContactsPerSecond / baseline.contactsPerSecond), ackOverBaseline: ratio(embedded.ackContactsPerSecond / baseline.contactsPerSecond) }
+
+let bare: Awaited<ReturnType<typeof benchBare>> | undefined
+if (WITH_MONGO && !pastDeadline()) {
+  try {
+    server = await startMongoTestServer()
+    console.log(`mongo: ${process.env.MONGO_URL ? 'MONGO_URL' : 'wire-protocol test server (mockupdb + mongomock)'}; ${MONGO_REQUESTS} x ${PER_REQUEST} contacts`)
+    bare = await benchBare(withDatabase(server.url, 'bench_ingest_bare'), MONGO_REQUESTS)
+    rows.push(await benchService('mongo', MONGO_REQUESTS, withDatabase(server.url, 'bench_ingest')))
+  } finally {
+    await server?.stop()
+  }
 }
-if (process.env.INGEST_SKIP_MEMORY !== '1' && !pastDeadline()) rows.push(await benchService('memory'))
 clearTimeout(watchdog)
 
-const mongoRow = rows.find(r => r.store === 'mongo')!
-const ratios = {
-  endToEndOverBare: Number((mongoRow.endToEndContactsPerSecond / bare.contactsPerSecond).toPrecision(2)),
-  ackOverBare: Number((mongoRow.ackContactsPerSecond / bare.contactsPerSecond).toPrecision(2)),
-}
+const mongoRow = rows.find(r => r.store === 'mongo')
+const mongoRatios = mongoRow && bare ? { endToEndOverBare: ratio(mongoRow.endToEndContactsPerSecond / bare.contactsPerSecond), ackOverBare: ratio(mongoRow.ackContactsPerSecond / bare.contactsPerSecond) } : undefined
 const table = [
-  '| store | contacts | ack contacts/s | end-to-end contacts/s | ack p50 ms | ack p99 ms | bare insertMany contacts/s | end-to-end / bare | ack / bare |',
+  '| store | contacts | ack contacts/s | end-to-end contacts/s | ack p50 ms | ack p99 ms | baseline contacts/s | end-to-end / baseline | ack / baseline |',
   '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
   ...rows.map(r => {
-    const b = r.store === 'mongo'
-    return `| ${r.store}${r.complete ? '' : ' (cut short at the hard stop)'} | ${r.contactsSucceeded} | ${r.ackContactsPerSecond} | ${r.endToEndContactsPerSecond} | ${r.ackLatencyP50Ms} | ${r.ackLatencyP99Ms} | ${b ? bare.contactsPerSecond : '-'} | ${b ? ratios.endToEndOverBare : '-'} | ${b ? ratios.ackOverBare : '-'} |`
+    const [base, e2e, ack] =
+      r.store === 'embedded' ? [`${baseline.contactsPerSecond} (parse+validate+upsert in memory)`, embeddedRatios.endToEndOverBaseline, embeddedRatios.ackOverBaseline] : [`${bare!.contactsPerSecond} (bare insertMany)`, mongoRatios!.endToEndOverBare, mongoRatios!.ackOverBare]
+    return `| ${r.store}${r.complete ? '' : ' (cut short at the hard stop)'} | ${r.contactsSucceeded} | ${r.ackContactsPerSecond} | ${r.endToEndContactsPerSecond} | ${r.ackLatencyP50Ms} | ${r.ackLatencyP99Ms} | ${base} | ${e2e} | ${ack} |`
   }),
 ].join('\n')
 console.log('\n' + table + '\n')
@@ -266,10 +298,11 @@ writeResults(import.meta.url, started, {
     contactsPerRequest: PER_REQUEST,
     concurrency: CONCURRENCY,
     pollMs: POLL_MS,
-    mongo: process.env.MONGO_URL ? 'MONGO_URL' : 'wire-protocol test server (mockupdb + mongomock)',
     duplicateStrategy: 'merge',
+    mongo: WITH_MONGO ? { requests: MONGO_REQUESTS, server: process.env.MONGO_URL ? 'MONGO_URL' : 'wire-protocol test server (mockupdb + mongomock)' } : 'not run (INGEST_MONGO=1)',
   },
-  bare,
-  ratios,
+  baseline,
+  embeddedRatios,
+  ...(bare ? { bare, mongoRatios } : {}),
   rows,
 })
