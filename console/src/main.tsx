@@ -50,11 +50,40 @@ interface Row {
   messages: number
   lastActivity: number
   watchers?: string[]
+  phase?: string
+  lastMessage?: { author: string; text: string; at: number } | null
+  awaitingReplySince?: number | null
+  attention?: Flag[]
+}
+
+interface Flag {
+  reason: string
+  since: number
+  detail?: string
+  acknowledged: boolean
+  acknowledgedBy?: string
+}
+
+const REASONS: Record<string, string> = {
+  guardrail: 'Guardrail triggered',
+  assistant_error: 'Assistant error',
+  tool_result_awaited: 'Tool result awaited',
+  human_requested: 'Asked for a person',
+  no_reply: 'No reply',
+}
+
+/** Flags needing a human: those not acknowledged (the feed announces no_reply late, so it is also checked here). */
+const needingHuman = (r: Row, now: number, noReplyMs = 30_000): Flag[] => {
+  const flags = (r.attention ?? []).filter(f => !f.acknowledged)
+  if (r.live && r.state !== 'paused' && r.awaitingReplySince && now - r.awaitingReplySince >= noReplyMs && !(r.attention ?? []).some(f => f.reason === 'no_reply')) {
+    flags.push({ reason: 'no_reply', since: r.awaitingReplySince + noReplyMs, acknowledged: false })
+  }
+  return flags
 }
 
 const ago = (ms: number) => (ms < 60_000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms / 60_000)} min`)
 
-function Sessions({ auth, open }: { auth: Auth; open: (id: string) => void }) {
+function Sessions({ auth, open: openSession }: { auth: Auth; open: (id: string) => void }) {
   const [rows, setRows] = useState(new Map<string, Row>())
   const [crew, setCrew] = useState('')
   const [state, setState] = useState('')
@@ -96,9 +125,24 @@ function Sessions({ auth, open }: { auth: Auth; open: (id: string) => void }) {
     () =>
       [...rows.values()]
         .filter(r => (!crew || r.crewId === crew) && (!agent || r.agentId === agent) && (!state || (state === 'live' ? r.live : r.state === state)))
-        .sort((a, b) => Number(b.live) - Number(a.live) || b.startTime - a.startTime),
-    [rows, crew, state, agent],
+        // Attention first (oldest flag first), then live, then newest.
+        .sort((a, b) => {
+          const fa = needingHuman(a, Date.now())
+          const fb = needingHuman(b, Date.now())
+          if (fa.length || fb.length) {
+            if (!fa.length || !fb.length) return fb.length - fa.length
+            return Math.min(...fa.map(f => f.since)) - Math.min(...fb.map(f => f.since))
+          }
+          return Number(b.live) - Number(a.live) || b.startTime - a.startTime
+        }),
+    // `tick` re-sorts every second: no_reply flags appear with time.
+    [rows, crew, state, agent, Math.floor(Date.now() / 1000)],
   )
+  const acknowledge = async (r: Row, reason: string) => {
+    const res = await api(auth, 'PUT', `${ADMIN}/session/${r.sessionId}/attention/${reason}`)
+    if (res.status === 200) setRows(prev => new Map(prev).set(r.sessionId, { ...r, attention: [...(r.attention ?? []).filter(f => f.reason !== reason), res.body] }))
+    else setStatus(`Acknowledge refused (${res.status}): ${res.body?.message ?? ''}`)
+  }
   const pages = Math.max(1, Math.ceil(shown.length / PAGE))
   const visible = shown.slice(page * PAGE, page * PAGE + PAGE)
   const now = Date.now()
@@ -133,17 +177,27 @@ function Sessions({ auth, open }: { auth: Auth; open: (id: string) => void }) {
       </div>
       <table class="sessions">
         <thead>
-          <tr><th>Session</th><th>Crew</th><th>Agent</th><th>State</th><th>Age</th><th>Last activity</th><th>Messages</th><th>Watching</th></tr>
+          <tr><th>Session</th><th>Attention</th><th>Crew</th><th>Agent</th><th>State</th><th>Age</th><th>Last activity</th><th>Last message</th><th>Messages</th><th>Watching</th></tr>
         </thead>
         <tbody>
           {visible.map(r => (
-            <tr key={r.sessionId} data-session={r.sessionId} class={r.live ? '' : 'closed'}>
-              <td><button class="link" onClick={() => open(r.sessionId)} aria-label={`Open session ${r.sessionId}`}>{r.sessionId.slice(0, 8)}</button></td>
+            <tr key={r.sessionId} data-session={r.sessionId} class={`${r.live ? '' : 'closed'} ${needingHuman(r, now).length ? 'attention' : ''}`}>
+              <td><button class="link" onClick={() => openSession(r.sessionId)} aria-label={`Open session ${r.sessionId}`}>{r.sessionId.slice(0, 8)}</button></td>
+              <td class="flags">
+                {needingHuman(r, now).map(f => (
+                  <span class="flag" data-reason={f.reason}>
+                    {REASONS[f.reason] ?? f.reason}
+                    {f.detail ? ` (${f.detail})` : ''} · {ago(now - f.since)}{' '}
+                    <button onClick={() => void acknowledge(r, f.reason)} aria-label={`Acknowledge ${REASONS[f.reason] ?? f.reason} on session ${r.sessionId}`}>Acknowledge</button>
+                  </span>
+                ))}
+              </td>
               <td>{r.crewId}</td>
               <td>{r.agentId}</td>
               <td><span class={`state ${r.state}`}>{r.state}</span></td>
               <td>{ago(r.live ? now - r.startTime : r.age)}</td>
               <td>{ago(now - r.lastActivity)} ago</td>
+              <td class="last">{r.lastMessage ? `${r.lastMessage.author}: ${r.lastMessage.text}` : ''}</td>
               <td>{r.messages}</td>
               <td>{(r.watchers ?? []).join(', ')}</td>
             </tr>

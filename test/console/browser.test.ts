@@ -60,11 +60,24 @@ t.test('a supervisor signs in, sees a new session live, whispers, transfers, pau
   const appeared = Date.now() - created
   t.ok(appeared < 1000, `the new session is listed within a second (${appeared} ms)`)
   await call(svc.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: '<b>hello</b> I need help' } })
+  // A session that asks for a person goes to the top with the reason; a supervisor acknowledges it.
+  const quiet = await createSession(svc.base)
+  t.teardown(() => quiet.stream.close())
+  await page.locator(`tr[data-session="${quiet.sessionId}"]`).waitFor()
+  await call(svc.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: 'can I talk to a human?' } })
+  const asked = row.locator('.flag[data-reason="human_requested"]')
+  await asked.waitFor({ timeout: 3000 })
+  t.equal(await page.locator('tbody tr').first().getAttribute('data-session'), s.sessionId, 'the flagged session is listed first')
   await page.screenshot({ path: `${shots}/console-sessions-1280.png` })
+  await asked.getByRole('button', { name: /^Acknowledge/ }).click()
+  await asked.waitFor({ state: 'detached' })
+  const listedFlag = (await call(svc.base, 'GET', '/engine/api/administration/sessions', { headers: { UserId: 'auditor' } })).json.data
+    .find((r: any) => r.sessionId === s.sessionId).attention.find((f: any) => f.reason === 'human_requested')
+  t.match(listedFlag, { acknowledged: true, acknowledgedBy: SUPERVISOR }, 'acknowledged from the page, by this supervisor')
 
   await row.getByRole('button').click()
   await page.getByRole('heading', { name: `Session ${s.sessionId}` }).waitFor()
-  const watching = async () => (await call(svc.base, 'GET', '/engine/api/administration/sessions', { headers: { UserId: 'auditor' } })).json.data[0].watchers
+  const watching = async () => (await call(svc.base, 'GET', '/engine/api/administration/sessions', { headers: { UserId: 'auditor' } })).json.data.find((r: any) => r.sessionId === s.sessionId).watchers
   for (let i = 0; i < 50 && !(await watching()).includes(SUPERVISOR); i++) await new Promise(r => setTimeout(r, 50))
   t.same(await watching(), [SUPERVISOR], 'the open session page shows as presence')
   await page.getByLabel('Text').fill('Offer the gold plan discount')
