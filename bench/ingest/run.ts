@@ -101,6 +101,8 @@ async function benchService(store: string, REQUESTS: number, mongoUrl?: string):
     LOG_LEVEL: 'silent',
     DATA_DIR: `/tmp/switchboard-bench-ingest-${randomUUID()}`,
     DIALER_MAX_ACTIVE_CONTACTS: '100000000',
+    // INGEST_ENV='K=V,K=V': settings to try (e.g. DIALER_WORKER_CONCURRENCY=8).
+    ...Object.fromEntries((process.env.INGEST_ENV ?? '').split(',').filter(Boolean).map(kv => kv.split('=') as [string, string])),
     ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}),
   })
   const service: RunningService = await startService(config, { logger: createLogger('silent') })
