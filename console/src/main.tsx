@@ -7,6 +7,7 @@ import uPlot from 'uplot'
 import 'uplot/dist/uPlot.min.css'
 import './style.css'
 import { api, type Auth, clearAuth, loadAuth, saveAuth, sse } from './api'
+import { Dialer } from './dialer'
 
 const ADMIN = '/engine/api/administration'
 const PAGE = 100
@@ -321,43 +322,6 @@ function Session({ auth, id, back }: { auth: Auth; id: string; back: () => void 
         <summary>Snapshot</summary>
         <pre>{JSON.stringify(snapshot, null, 2)}</pre>
       </details>
-    </section>
-  )
-}
-
-function Dialer({ auth }: { auth: Auth }) {
-  const [batches, setBatches] = useState<any[]>([])
-  const [error, setError] = useState('')
-  useEffect(() => {
-    const load = async () => {
-      const res = await api(auth, 'GET', '/dialer/v1/batches?limit=100')
-      if (res.status === 200) setBatches(res.body.data ?? res.body.items ?? [])
-      else setError(`Batches refused (${res.status})`)
-    }
-    void load()
-    const timer = setInterval(() => void load(), 2000)
-    return () => clearInterval(timer)
-  }, [auth])
-  return (
-    <section aria-labelledby="dialer-h">
-      <h2 id="dialer-h">Dialer batches</h2>
-      {error && <p role="alert">{error}</p>}
-      <table>
-        <thead><tr><th>Batch</th><th>Status</th><th>Progress</th></tr></thead>
-        <tbody>
-          {batches.map(b => {
-            const total = b.stats?.total ?? b.totalContacts ?? 0
-            const done = total - (b.stats?.pending ?? 0)
-            return (
-              <tr>
-                <td>{b.name ?? b.id}</td>
-                <td>{b.status}</td>
-                <td><progress max={total || 1} value={done} aria-label={`Progress of ${b.name ?? b.id}`} /></td>
-              </tr>
-            )
-          })}
-        </tbody>
-      </table>
     </section>
   )
 }
