@@ -8,6 +8,7 @@ import 'uplot/dist/uPlot.min.css'
 import './style.css'
 import { api, type Auth, clearAuth, loadAuth, saveAuth, sse } from './api'
 import { Dialer } from './dialer'
+import { SessionsDetail } from './sessions-detail'
 
 const ADMIN = '/engine/api/administration'
 const PAGE = 100
@@ -373,6 +374,7 @@ function Reports({ auth }: { auth: Auth }) {
       </div>
       {error && <p role="alert">{error}</p>}
       <div ref={chart} class="chart" aria-label="Report chart" />
+      <SessionsDetail auth={auth} crew={crew} />
     </section>
   )
 }

@@ -3,7 +3,7 @@
 // on loopback. Takes the README's screenshots at 1280 and 390 px: into docs/screenshots/ with
 // UPDATE_SCREENSHOTS=1, else into a temporary folder (a test run leaves the work tree as it was).
 import t from 'tap'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -113,6 +113,16 @@ t.test('a supervisor signs in, sees a new session live, whispers, transfers, pau
   await page.locator('.chart canvas').waitFor({ timeout: 5000 })
   t.ok((await page.locator('.chart .u-legend .u-series').count()) >= 2, 'the chart has the time axis and at least one metric series')
   await page.screenshot({ path: `${shots}/console-reports-1280.png` })
+  // sessions-detail as a table, and its CSV export holds exactly the rows shown.
+  await page.getByRole('button', { name: 'Load sessions detail' }).click()
+  await page.locator(`.sessions-detail tr[data-row="${s.sessionId}"]`).waitFor()
+  const shownRows = await page.locator('.sessions-detail tbody tr').count()
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: 'Export CSV' }).click()])
+  const csvText = readFileSync((await download.path())!, 'utf8')
+  const lines = csvText.trim().split('\r\n')
+  t.equal(lines[0], 'session_id,crew_id,agent_id,status,start_time,end_time,duration,messages,user_messages,assistant_messages,tool_calls,transfers,end_reason')
+  t.equal(lines.length - 1, shownRows, 'one CSV line per row shown')
+  t.ok(lines.some(l => l.startsWith(`${s.sessionId},demo,`)), 'the session is in the export')
 
   t.same(foreign, [], 'no request leaves the origin')
   t.same(errors, [], 'no page error')
