@@ -33,6 +33,7 @@ test-deps:
 
 test: $(NPM_STAMP) test-deps console
 	npx tsc -p tsconfig.json --noEmit
+	npx tsc -p console/tsconfig.json
 	npx tap --allow-incomplete-coverage --coverage-report=json-summary --coverage-report=text-summary
 	node .ci/coverage-gate.mjs $(COVERAGE_MIN_LINES)
 
