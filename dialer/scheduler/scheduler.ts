@@ -198,21 +198,35 @@ export class Scheduler {
       if (current?.status !== 'running') return
       const blocked = await this.blockedAmong(batch.accountId, due)
       let progressed = false
+      const dialable: { contact: ContactDoc; address: AddressDoc }[] = []
+      const passedOver: Promise<void>[] = []
       for (const contact of due) {
         const verdict = dialability({ rules, batchStatus: 'running', contact, now, blocked })
-        if (!verdict.dialable) {
-          await this.passOver(contact, verdict.reason, verdict.nextEligibleAt, now)
-          report.skipped[verdict.reason] = (report.skipped[verdict.reason] ?? 0) + 1
-          progressed = true
+        if (verdict.dialable) {
+          dialable.push({ contact, address: verdict.address })
           continue
         }
-        const claimed = await this.contacts.findOneAndUpdate(
-          // claimedBy null: not still being dialed by an attempt from before a recontact/reschedule.
-          { _id: contact._id, state: 'pending', nextAttemptAt: { $lte: dueBy }, claimedBy: null },
-          { $set: { state: 'in_progress', claimedBy: this.workerId, claimedAt: dueBy, updatedAt: dueBy } },
-          { returnDocument: 'after' },
-        )
-        if (!claimed) continue // another scheduler won it
+        passedOver.push(this.passOver(contact, verdict.reason, verdict.nextEligibleAt, now))
+        report.skipped[verdict.reason] = (report.skipped[verdict.reason] ?? 0) + 1
+        progressed = true
+      }
+      // The round's claims, passes and attempt records go to the store together, not one
+      // awaited write after another: the embedded store commits them as one transaction, MongoDB
+      // runs them side by side. Each claim stays a conditional update of its own contact.
+      const claims = await Promise.all(
+        dialable.map(({ contact }) =>
+          this.contacts.findOneAndUpdate(
+            // claimedBy null: not still being dialed by an attempt from before a recontact/reschedule.
+            { _id: contact._id, state: 'pending', nextAttemptAt: { $lte: dueBy }, claimedBy: null },
+            { $set: { state: 'in_progress', claimedBy: this.workerId, claimedAt: dueBy, updatedAt: dueBy } },
+            { returnDocument: 'after' },
+          ),
+        ),
+      )
+      await Promise.all(passedOver)
+      const dispatched: Promise<void>[] = []
+      claims.forEach((claimed, i) => {
+        if (!claimed) return // another scheduler won it
         progressed = true
         batchBusy++
         claimedHere++
@@ -220,8 +234,9 @@ export class Scheduler {
         batchStarted++
         account.started.set(batch.accountId, accountStarted() + 1)
         report.claimed++
-        await this.dispatch(batch, claimed, verdict.address, now)
-      }
+        dispatched.push(this.dispatch(batch, claimed, dialable[i]!.address, now))
+      })
+      await Promise.all(dispatched)
       if (!progressed) return
     }
   }

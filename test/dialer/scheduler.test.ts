@@ -214,6 +214,8 @@ for (const store of STORES) {
       const attempts = await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts?limit=1000`)
       t.equal(attempts.json.total, 60)
       t.equal(new Set(attempts.json.data.map((x: any) => x.contactId)).size, 60, 'no contact twice')
+      // The cycle after the last attempts were recorded completes the batch.
+      t.equal((await a.runCycle()).claimed, 0)
       t.equal((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status, 'completed')
     })
 
