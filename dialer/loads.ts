@@ -174,9 +174,8 @@ export class ContactLoads {
   async publishAll(op: LoadOperationDoc, chunks: { contacts: QueuedContact[]; rejected: OperationError[] }[], firstIndex = 0) {
     this.platform.metrics.operationsInFlight.inc({ kind: op.kind })
     try {
-      for (const [offset, chunk] of chunks.entries()) {
-        await this.queue.publish({ operationId: op._id, accountId: op.accountId, batchId: op.batchId, index: firstIndex + offset, ...chunk })
-      }
+      // Side by side: the embedded queue commits them in one transaction (each keeps its index).
+      await Promise.all(chunks.map((chunk, offset) => this.queue.publish({ operationId: op._id, accountId: op.accountId, batchId: op.batchId, index: firstIndex + offset, ...chunk })))
     } catch (error) {
       await this.operations.closeLoad(op, 'failed')
       this.platform.metrics.operationsInFlight.dec({ kind: op.kind })
