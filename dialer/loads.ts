@@ -33,7 +33,7 @@ import { ActiveContacts } from './active-contacts.js'
 
 export const LOAD_QUEUE = 'dialer.contacts.chunks'
 /** Contact writes per store call when a chunk is applied (the loop is given back between them). */
-const APPLY_SLICE = 50
+const APPLY_SLICE = 25
 const MAX_DELIVERIES = 5
 
 export type QueuedContact = ContactInput & { identifier: string; identifierGenerated: boolean }
@@ -351,7 +351,12 @@ export class ContactLoads {
     } finally {
       // Inserted and recontacted contacts join the account's active count (once, however often
       // this chunk is applied), also when the apply stopped partway.
-      await this.active.reconcile(message.accountId, { batchId: message.batchId, identifiers: message.contacts.map(c => c.identifier) })
+      // In slices too: flipping 250 contacts is one long write.
+      await inSlices(
+        message.contacts.map(c => c.identifier),
+        APPLY_SLICE,
+        identifiers => this.active.reconcile(message.accountId, { batchId: message.batchId, identifiers }),
+      )
     }
   }
 

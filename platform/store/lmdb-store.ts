@@ -316,8 +316,28 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   private updateDocSync(doc: T, update: Update): boolean {
     const [next, changed] = updatedCopy(doc, withoutSetOnInsert(update))
-    if (changed) this.putDoc(next, doc)
-    return changed
+    if (!changed) return false
+    // An update that touches no indexed field leaves every index entry as it was: only the
+    // document is written (no key encoding, no unique check, no index diff).
+    if (this.touchesNoIndex(update)) this.docs.putSync(next._id, next)
+    else this.putDoc(next, doc)
+    return true
+  }
+
+  /** Whether no path the update writes is, contains or lies inside an indexed field. */
+  private touchesNoIndex(update: Update): boolean {
+    for (const [operator, fields] of Object.entries(update)) {
+      if (operator === '$setOnInsert') continue
+      if (!fields || typeof fields !== 'object') return false
+      for (const path of Object.keys(fields)) {
+        for (const index of this.indexes) {
+          for (const field of index.fields) {
+            if (path === field || field.startsWith(`${path}.`) || path.startsWith(`${field}.`)) return false
+          }
+        }
+      }
+    }
+    return true
   }
 
   private updateOneSync(filter: Filter, update: Update, options: { upsert?: boolean; sort?: Sort } = {}): UpdateResult & { doc?: T; before?: T } {

@@ -106,6 +106,24 @@ t.test('an _id longer than a key can be is never found and never stored (a URL c
   t.equal(await c.countDocuments({}), 1, 'nothing else was written')
 })
 
+t.test('an update that touches no indexed field keeps the index entries; one that touches a parent or child path moves them', async t => {
+  const store = new LmdbStore({ path: tempDir(t) })
+  t.teardown(() => store.close())
+  await store.ensureIndexes('moves', [{ name: 'a_b_state', key: { 'a.b': 1, state: 1 } }])
+  const c = store.collection<Doc & Record<string, any>>('moves')
+  await c.insertOne({ _id: 'x', a: { b: 1 }, state: 'pending', note: 'n' })
+  await c.updateOne({ _id: 'x' }, { $set: { note: 'changed', capCounted: true }, $inc: { n: 1 } })
+  t.same((await c.find({ 'a.b': 1, state: 'pending' })).map(d => d.note), ['changed'], 'found by the index, with the new value')
+  await c.updateOne({ _id: 'x' }, { $set: { a: { b: 2 } } })
+  t.same(await c.find({ 'a.b': 1, state: 'pending' }), [], 'a parent path moved the entry away')
+  t.equal((await c.find({ 'a.b': 2, state: 'pending' })).length, 1)
+  await c.updateOne({ _id: 'x' }, { $set: { a: { b: { c: 1 } } } })
+  await c.updateOne({ _id: 'x' }, { $set: { 'a.b.c': 3 } })
+  t.equal((await c.find({ 'a.b': { c: 3 }, state: 'pending' })).length, 1, 'a child path moved it too')
+  await c.updateOne({ _id: 'x' }, { $set: { state: 'done' } })
+  t.equal(await c.countDocuments({ 'a.b': { c: 3 }, state: 'pending' }), 0)
+})
+
 t.test('TTL expiry walks its index a slice at a time', async t => {
   let now = Date.parse('2026-07-01T00:00:00Z')
   const store = new LmdbStore({ path: tempDir(t), clock: { now: () => now }, sweepIntervalMs: 0, ttlSlice: 100, ttlSlicesPerSweep: 2 })
