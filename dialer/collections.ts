@@ -29,6 +29,8 @@ export const INDEXES: Record<string, IndexSpec[]> = {
     // rules.priorityOrder = scheduledAt. Also the batch's count per state.
     { name: 'batch_state_rank_next', key: { batchId: 1, state: 1, priorityRank: 1, nextAttemptAt: 1, _id: 1 } },
     { name: 'batch_state_next_rank', key: { batchId: 1, state: 1, nextAttemptAt: 1, priorityRank: 1, _id: 1 } },
+    // The contact listing's order (GET .../contacts): a page reads its rows, not the whole batch.
+    { name: 'batch_created', key: { batchId: 1, createdAt: 1, _id: 1 } },
   ],
   [COLLECTIONS.operations]: [
     // TTL: documents carry their own absolute expiry (retention differs per kind and phase).
