@@ -89,6 +89,9 @@ async function seed(dataDir: string, n: number): Promise<{ batchId: string; last
 interface Start {
   healthyMs: number
   rssMiB: number
+  /** RSS split: anonymous (heap, native allocations) and file-backed (LMDB's memory map, reclaimable page cache). */
+  rssAnonMiB: number
+  rssFileMiB: number
   firstReadMs?: number
 }
 
@@ -109,8 +112,9 @@ async function start(dataDir: string, batch?: { batchId: string; lastIdentifier:
       if (page.status !== 200) throw new Error(`the contacts read answered ${page.status}`)
       firstReadMs = Date.now() - r0
     }
-    const rssMiB = round(Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${proc.child.pid}/status`, 'utf8'))?.[1] ?? 0) / 1024)
-    return { healthyMs, rssMiB, ...(firstReadMs !== undefined ? { firstReadMs } : {}) }
+    const status = readFileSync(`/proc/${proc.child.pid}/status`, 'utf8')
+    const kib = (field: string) => round(Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)?.[1] ?? 0) / 1024)
+    return { healthyMs, rssMiB: kib('VmRSS'), rssAnonMiB: kib('RssAnon'), rssFileMiB: kib('RssFile') + kib('RssShmem'), ...(firstReadMs !== undefined ? { firstReadMs } : {}) }
   } finally {
     await proc.terminate()
   }
@@ -130,7 +134,7 @@ try {
     baseline.push(await start(dir))
     rmSync(dir, { recursive: true, force: true })
     stored.push(await start(full, seeded))
-    console.log(`run ${run + 1}: empty ${baseline.at(-1)!.healthyMs} ms (${baseline.at(-1)!.rssMiB} MiB); ${CONTACTS} contacts ${stored.at(-1)!.healthyMs} ms (${stored.at(-1)!.rssMiB} MiB), first read ${stored.at(-1)!.firstReadMs} ms`)
+    console.log(`run ${run + 1}: empty ${baseline.at(-1)!.healthyMs} ms (${baseline.at(-1)!.rssMiB} MiB); ${CONTACTS} contacts ${stored.at(-1)!.healthyMs} ms (${stored.at(-1)!.rssMiB} MiB: ${stored.at(-1)!.rssAnonMiB} anonymous, ${stored.at(-1)!.rssFileMiB} file-backed), first read ${stored.at(-1)!.firstReadMs} ms`)
   }
   const summary = {
     contacts: CONTACTS,
@@ -140,6 +144,8 @@ try {
     healthyRatio: round(median(stored.map(s => s.healthyMs)) / median(baseline.map(s => s.healthyMs)), 2),
     emptyRssMiB: median(baseline.map(s => s.rssMiB)),
     storedRssMiB: median(stored.map(s => s.rssMiB)),
+    storedRssAnonMiB: median(stored.map(s => s.rssAnonMiB)),
+    storedRssFileMiB: median(stored.map(s => s.rssFileMiB)),
     storedFirstReadMs: median(stored.map(s => s.firstReadMs!)),
   }
   console.log(JSON.stringify(summary))
