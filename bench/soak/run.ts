@@ -49,7 +49,9 @@ const api = async (method: string, path: string, body?: unknown, expect = 200) =
   try {
     const res = await fetch(base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
     const text = await res.text()
-    if (res.status !== expect) fail(`${method} ${path.replace(/[0-9a-f-]{36}/g, ':id')} ${res.status}`)
+    // The error's code and reason too (a 503 is OVERLOADED or SESSION_NOT_PERSISTED, which differ).
+    const why = res.status === expect ? '' : /"code":"([A-Z_]+)"(?:.*"reason":"([a-z_]+)")?/.exec(text)?.slice(1).filter(Boolean).join(' ') ?? ''
+    if (res.status !== expect) fail(`${method} ${path.replace(/[0-9a-f-]{36}/g, ':id')} ${res.status} ${why}`.trim())
     return text ? JSON.parse(text) : undefined
   } catch (error) {
     fail(`${method} ${path.replace(/[0-9a-f-]{36}/g, ':id')} ${(error as Error).message}`)
