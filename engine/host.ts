@@ -488,10 +488,13 @@ export class SessionHost {
         touchConsumer(live, command.consumerId)
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
         if (this.options.durableAcks) {
+          // The message's entry (and those of the same step) are up to this seq; entries the turn
+          // adds while we wait are not this message's.
+          const upTo = this.awake(live).getSnapshot().context.seq
           await live.writer.flushed()
           // Acknowledged only once its history entry is written (a failed snapshot write alone
           // loses nothing: a restore replays the log past the last snapshot).
-          if (live.writer.unwrittenEntries > 0) throw new ApiError(503, 'SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { 'Retry-After': '5' })
+          if (live.writer.holdsUpTo(upTo)) throw new ApiError(503, 'SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { 'Retry-After': '5' })
         }
         return { accepted: true, state: stateName(this.awake(live).getSnapshot()) }
       case 'admin.toolinject': {

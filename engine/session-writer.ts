@@ -247,9 +247,12 @@ export class SessionWriter {
     return this.givenUp
   }
 
-  /** History entries not written yet (held after a failed write): a message among them is not durable. */
-  get unwrittenEntries() {
-    return this.pending.length
+  /**
+   * Whether an entry up to `seq` is still unwritten (held after a failed write). Entries after
+   * it (the turn the message started) may be pending and are not its concern.
+   */
+  holdsUpTo(seq: number): boolean {
+    return this.pending.some(entry => entry.seq <= seq)
   }
 
   /** @internal */

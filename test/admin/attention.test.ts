@@ -112,9 +112,11 @@ t.test('an assistant that fails: assistant_error at once, no_reply after the cre
   t.teardown(() => s.stream.close())
   await s.stream.next('crew.status.waiting')
 
-  t.equal((await call(svc.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: 'fail' } })).status, 201)
+  const failing = await call(svc.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: 'fail' } })
+  t.equal(failing.status, 201, failing.text)
   await s.stream.next('assistant.error')
-  const failed = await row(svc.base, s.sessionId, r => !!flag(r, 'assistant_error'))
+  // The flag is written at once, the message times with the turn's counts: wait for both.
+  const failed = await row(svc.base, s.sessionId, r => !!flag(r, 'assistant_error') && r.lastMessage !== null)
   t.equal(failed.phase, 'awaiting_assistant', 'the user still waits for a reply')
   t.equal(failed.awaitingReplySince, failed.lastMessage.at)
   t.notOk(flag(failed, 'no_reply'), 'not yet: the crew waits 1 s')

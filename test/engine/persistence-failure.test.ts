@@ -52,3 +52,27 @@ t.test('a session whose snapshot write always fails stops retrying and is report
   for (let i = 0; i < 50 && (await call(base, 'GET', '/healthz', { key: null })).json.sessionsNotPersisted !== 0; i++) await sleep(50)
   t.equal((await call(base, 'GET', '/healthz', { key: null })).json.sessionsNotPersisted, 0, 'cleared once the session ended')
 })
+
+t.test('a user message whose history entry cannot be written is not acknowledged (503), and is once the store takes writes again', async t => {
+  const { base, service } = await startTestService(t, { env: { ENGINE_PERSIST_MAX_FAILURES: '2' } })
+  const { stream, sessionId, consumerId } = await createSession(base)
+  t.teardown(() => stream.close())
+  await stream.next('crew.status.waiting')
+  // The embedded store acknowledges a message once its entry is committed; here the log refuses.
+  const log = service.platform.store.collection('engine_session_log')
+  const insertMany = log.insertMany.bind(log)
+  let refusing = true
+  log.insertMany = async (docs, options) => {
+    if (refusing && docs.some((d: any) => d.sessionId === sessionId)) throw new Error('disk full')
+    return insertMany(docs, options)
+  }
+  const refused = await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'hola' } })
+  t.equal(refused.status, 503, refused.text)
+  t.match(refused.json, { code: 'SESSION_NOT_PERSISTED' })
+  t.ok(refused.headers.get('retry-after'), 'with Retry-After')
+  refusing = false
+  const accepted = await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'otra vez' } })
+  t.equal(accepted.status, 201, accepted.text)
+  const history = (await call(base, 'GET', `/engine/api/administration/session/${sessionId}/history`, { headers: { UserId: 'sup' } })).json.data
+  t.ok(history.some((e: any) => e.type === 'message.user' && e.text === 'otra vez'), 'the accepted message is in the stored history')
+})
