@@ -34,6 +34,8 @@ import { ActiveContacts } from './active-contacts.js'
 export const LOAD_QUEUE = 'dialer.contacts.chunks'
 /** Contact writes per store call when a chunk is applied (the loop is given back between them). */
 const APPLY_SLICE = 25
+/** Contacts reconciled by id per store call (direct lookups, no index search). */
+const RECONCILE_SLICE = 100
 const MAX_DELIVERIES = 5
 
 export type QueuedContact = ContactInput & { identifier: string; identifierGenerated: boolean }
@@ -295,13 +297,19 @@ export class ContactLoads {
 
   private async apply(message: ChunkMessage, plan: ChunkPlanDoc) {
     const at = plan.plannedAt
-    const ops: BulkOp[] = []
+    // New contacts are plain inserts under the plan's ids, apart from the rest: an insert is
+    // always an identifier's first occurrence in the chunk, so inserting them first keeps every
+    // identifier's writes in request order. An insert needs no lookup (an upsert would search the
+    // batch for the identifier first); a replayed plan finds its own ids already there.
+    const inserts: ContactDoc[] = []
+    const changes: BulkOp[] = []
+    const recontacted: string[] = []
     message.contacts.forEach((contact, i) => {
       const decision = plan.decisions[i]!
       const key = { batchId: message.batchId, identifier: contact.identifier }
       if (decision.kind === 'insert') {
         const scheduledAt = contact.scheduledAt ? new Date(contact.scheduledAt) : null
-        const doc: ContactDoc = {
+        inserts.push({
           _id: decision.contactId,
           accountId: message.accountId,
           batchId: message.batchId,
@@ -320,11 +328,9 @@ export class ContactLoads {
           createdAt: at,
           updatedAt: at,
           capCounted: false,
-        }
-        const { batchId: _b, identifier: _i, ...rest } = doc
-        ops.push({ updateOne: { filter: key, update: { $setOnInsert: rest }, upsert: true } })
+        })
       } else if (decision.kind === 'update') {
-        ops.push({ updateOne: { filter: key, update: { $set: { ...dataFields(contact, decision.mode), updatedAt: at } } } })
+        changes.push({ updateOne: { filter: key, update: { $set: { ...dataFields(contact, decision.mode), updatedAt: at } } } })
       } else if (decision.kind === 'recontact') {
         const set: Record<string, unknown> = {
           ...(decision.mode === 'none' ? {} : dataFields(contact, decision.mode)),
@@ -333,31 +339,33 @@ export class ContactLoads {
           updatedAt: at,
         }
         if (decision.reset) Object.assign(set, { attempts: 0, addressAttempts: {} })
-        ops.push({ updateOne: { filter: key, update: { $set: set } } })
+        changes.push({ updateOne: { filter: key, update: { $set: set } } })
+        recontacted.push(contact.identifier)
       }
     })
-    // Ordered, so repeated identifiers inside the chunk apply in request order; in slices, with
-    // the loop given back between them (an ordered slice after an ordered slice keeps the order).
+    // In slices, with the loop given back between them (live sessions first).
     try {
-      await inSlices(ops, APPLY_SLICE, async slice => {
-        const result = await this.contacts.bulkWrite(slice, { ordered: true })
-        if (result.duplicateKeyIndexes.length > 0) {
-          // A concurrent load inserted the same identifier between plan and apply; replaying the
-          // (idempotent) plan on redelivery turns the insert into a no-op upsert match. Stops here,
-          // as one ordered write would have.
-          throw new Error('concurrent insert of the same identifier; retrying chunk')
-        }
+      await inSlices(inserts, APPLY_SLICE, slice => this.insertContacts(slice))
+      // Ordered, so repeated identifiers inside the chunk apply in request order (an ordered
+      // slice after an ordered slice keeps the order).
+      await inSlices(changes, APPLY_SLICE, async slice => {
+        await this.contacts.bulkWrite(slice, { ordered: true })
       })
     } finally {
       // Inserted and recontacted contacts join the account's active count (once, however often
       // this chunk is applied), also when the apply stopped partway.
-      // In slices too: flipping 250 contacts is one long write.
-      await inSlices(
-        message.contacts.map(c => c.identifier),
-        APPLY_SLICE,
-        identifiers => this.active.reconcile(message.accountId, { batchId: message.batchId, identifiers }),
-      )
+      await inSlices(inserts.map(c => c._id), RECONCILE_SLICE, ids => this.active.reconcile(message.accountId, { ids }))
+      await inSlices(recontacted, APPLY_SLICE, identifiers => this.active.reconcile(message.accountId, { batchId: message.batchId, identifiers }))
     }
+  }
+
+  /**
+   * Inserts a plan's new contacts. A duplicate key means the identifier is already in the batch:
+   * inserted by an earlier delivery of this plan (same id), or by a concurrent load between plan
+   * and apply. Either way it is left as it is, as an upsert would have matched it.
+   */
+  private async insertContacts(docs: ContactDoc[]) {
+    await this.contacts.bulkWrite(docs.map(document => ({ insertOne: { document } })), { ordered: false })
   }
 
   /** Closes the operation once all its chunks are counted. Every step is idempotent. */

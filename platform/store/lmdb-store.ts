@@ -203,12 +203,15 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     const limited = options.limit !== undefined && options.limit > 0
     const { docs, ordered } = this.candidates(filter, options.sort, limited)
     if (ordered) {
+      // mingo compiles a filter only when the plain-JS matcher cannot decide: compiling costs far
+      // more than matching, and hot filters (one contact's key) are rarely repeated.
       const fast = fastMatcher(filter)
-      const query = compiled(filter)
+      let query: ReturnType<typeof compiled> | undefined
+      const slow = (doc: T) => (query ??= compiled(filter)).test(doc)
       const want = limited ? skip + options.limit! : Infinity
       const hits: T[] = []
       for (const doc of docs) {
-        if (!(fast ? (fast(doc) ?? query.test(doc)) : query.test(doc))) continue
+        if (!(fast ? (fast(doc) ?? slow(doc)) : slow(doc))) continue
         hits.push(doc)
         if (hits.length >= want) break
       }

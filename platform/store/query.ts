@@ -235,8 +235,8 @@ export function compareKeys(a: unknown[], b: unknown[], directions: number[]): n
 export function fastFind<T extends Doc>(candidates: Iterable<T>, filter: Filter, options: FindOptions): T[] | undefined {
   const match = fastMatcher(filter)
   if (!match) return undefined
-  const query = compiled(filter)
-  const matches = (doc: T) => match(doc) ?? query.test(doc)
+  let query: Query<any> | undefined // compiled only if the plain-JS matcher cannot decide
+  const matches = (doc: T) => match(doc) ?? (query ??= compiled(filter)).test(doc)
   const skip = options.skip ?? 0
   if (!options.sort) {
     const hits: T[] = []
