@@ -72,7 +72,7 @@ interface Server {
 
 function crewsFile(): string {
   const crews = JSON.parse(readFileSync(new URL('../../config/crews.json', import.meta.url), 'utf8'))
-  for (const crew of crews.crews) crew.maxConcurrentSessions = HOLD * 2
+  for (const crew of crews.crews) crew.maxConcurrentSessions = Math.max(N, HOLD) * 2
   const path = join(mkdtempSync(join(tmpdir(), 'sb-bench-')), 'crews.json')
   writeFileSync(path, JSON.stringify(crews))
   return path

@@ -49,6 +49,8 @@ import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } fro
 /** Longest _id accepted (bytes of UTF-8): it is a key of the documents and of every index entry. */
 const MAX_ID_BYTES = 512
 const EMPTY = Buffer.alloc(0)
+/** Update operators whose keys are the paths they write ($rename, for one, writes its values). */
+const PATH_KEYED_OPERATORS = new Set(['$set', '$unset', '$inc', '$min', '$max', '$mul', '$push', '$pull', '$pullAll', '$addToSet', '$pop', '$currentDate'])
 
 interface StoredIndex {
   name: string
@@ -260,10 +262,10 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   // ------------------------------------------------------------------ writing (inside a transaction)
 
   /** Index entries of a document, checked for size; throws before anything is written. */
-  private entriesOf(doc: Doc): { index: LiveIndex; keys: KeyPart[][]; multi: boolean }[] {
+  private entriesOf(doc: Doc, indexes: LiveIndex[] = this.indexes): { index: LiveIndex; keys: KeyPart[][]; multi: boolean }[] {
     if (typeof doc._id !== 'string') throw new TypeError(`${this.name}: _id must be a string`)
     if (Buffer.byteLength(doc._id) > MAX_ID_BYTES) throw new RangeError(`${this.name}: _id longer than ${MAX_ID_BYTES} bytes`)
-    return this.indexes.map(index => ({ index, ...documentKeys(doc, index.fields) }))
+    return indexes.map(index => ({ index, ...documentKeys(doc, index.fields) }))
   }
 
   /** The first unique index a document's entries would share with another document. */
@@ -284,11 +286,12 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     return undefined
   }
 
-  private putDoc(doc: T, previous: T | undefined) {
-    const entries = this.entriesOf(doc)
+  /** Writes a document and its entries in `indexes` (an update passes only the indexes it can change). */
+  private putDoc(doc: T, previous: T | undefined, indexes: LiveIndex[] = this.indexes) {
+    const entries = this.entriesOf(doc, indexes)
     const taken = this.conflict(doc, entries)
     if (taken) throw duplicate(this.name, taken)
-    const before = previous ? this.entriesOf(previous) : undefined
+    const before = previous ? this.entriesOf(previous, indexes) : undefined
     entries.forEach(({ index, keys, multi }, i) => {
       const old = new Set((before?.[i]?.keys ?? []).map(partId))
       const fresh = new Set(keys.map(partId))
@@ -320,27 +323,23 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   private updateDocSync(doc: T, update: Update): boolean {
     const [next, changed] = updatedCopy(doc, withoutSetOnInsert(update))
     if (!changed) return false
-    // An update that touches no indexed field leaves every index entry as it was: only the
-    // document is written (no key encoding, no unique check, no index diff).
-    if (this.touchesNoIndex(update)) this.docs.putSync(next._id, next)
-    else this.putDoc(next, doc)
+    // Only the indexes on a path the update writes can change: the others keep their entries
+    // (no key encoding, no unique check, no diff). Most updates touch none or one.
+    const touched = this.indexesTouchedBy(update)
+    if (touched.length === 0) this.docs.putSync(next._id, next)
+    else this.putDoc(next, doc, touched)
     return true
   }
 
-  /** Whether no path the update writes is, contains or lies inside an indexed field. */
-  private touchesNoIndex(update: Update): boolean {
+  /** The indexes with a field that a path the update writes is, contains or lies inside (all of them for an update it cannot read). */
+  private indexesTouchedBy(update: Update): LiveIndex[] {
+    const paths: string[] = []
     for (const [operator, fields] of Object.entries(update)) {
       if (operator === '$setOnInsert') continue
-      if (!fields || typeof fields !== 'object') return false
-      for (const path of Object.keys(fields)) {
-        for (const index of this.indexes) {
-          for (const field of index.fields) {
-            if (path === field || field.startsWith(`${path}.`) || path.startsWith(`${field}.`)) return false
-          }
-        }
-      }
+      if (!PATH_KEYED_OPERATORS.has(operator) || !fields || typeof fields !== 'object') return this.indexes
+      paths.push(...Object.keys(fields))
     }
-    return true
+    return this.indexes.filter(index => index.fields.some(field => paths.some(path => path === field || field.startsWith(`${path}.`) || path.startsWith(`${field}.`))))
   }
 
   private updateOneSync(filter: Filter, update: Update, options: { upsert?: boolean; sort?: Sort } = {}): UpdateResult & { doc?: T; before?: T } {

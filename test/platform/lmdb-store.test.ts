@@ -124,6 +124,31 @@ t.test('an update that touches no indexed field keeps the index entries; one tha
   t.equal(await c.countDocuments({ 'a.b': { c: 3 }, state: 'pending' }), 0)
 })
 
+t.test('an update rewrites only the indexes on its paths; the others keep answering, and a unique index is still enforced', async t => {
+  const store = new LmdbStore({ path: tempDir(t) })
+  t.teardown(() => store.close())
+  await store.ensureIndexes('several', [
+    { name: 'code_unique', key: { code: 1 }, unique: true },
+    { name: 'state_due', key: { state: 1, due: 1 } },
+    { name: 'owner', key: { owner: 1 } },
+  ])
+  const c = store.collection<Doc & Record<string, any>>('several')
+  await c.insertMany([
+    { _id: 'x', code: 'A', state: 'idle', due: 5, owner: 'o1' },
+    { _id: 'y', code: 'B', state: 'idle', due: 7, owner: 'o2' },
+  ])
+  await c.updateOne({ _id: 'x' }, { $set: { due: 9 } })
+  t.same((await c.find({ state: 'idle' }, { sort: { due: 1 } })).map(d => d._id), ['y', 'x'], 'the touched index moved the entry')
+  t.same((await c.find({ owner: 'o1' })).map(d => d.due), [9], 'an untouched index finds the document with its new value')
+  t.same((await c.find({ code: 'A' })).map(d => d._id), ['x'])
+  await t.rejects(c.updateOne({ _id: 'y' }, { $set: { code: 'A', due: 1 } }), DuplicateKeyError, 'a unique index on a written path refuses a taken value')
+  t.same((await c.findOne({ _id: 'y' }))?.due, 7, 'and nothing of that update was written')
+  await c.updateOne({ _id: 'y' }, { $rename: { owner: 'code2' } })
+  t.equal(await c.countDocuments({ owner: 'o2' }), 0, '$rename (which writes the path in its value) moves the entry too')
+  await c.updateOne({ _id: 'x' }, { $unset: { owner: '' } })
+  t.equal(await c.countDocuments({ owner: 'o1' }), 0, '$unset takes it out')
+})
+
 t.test('TTL expiry walks its index a slice at a time', async t => {
   let now = Date.parse('2026-07-01T00:00:00Z')
   const store = new LmdbStore({ path: tempDir(t), clock: { now: () => now }, sweepIntervalMs: 0, ttlSlice: 100, ttlSlicesPerSweep: 2 })
