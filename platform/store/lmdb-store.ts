@@ -323,9 +323,9 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   private updateDocSync(doc: T, update: Update): boolean {
     const [next, changed] = updatedCopy(doc, withoutSetOnInsert(update))
     if (!changed) return false
-    // Only the indexes on a path the update writes can change: the others keep their entries
-    // (no key encoding, no unique check, no diff). Most updates touch none or one.
-    const touched = this.indexesTouchedBy(update)
+    // Only the indexes on a path the update writes, and whose values it changed, get new entries:
+    // the others keep theirs (no key encoding, no unique check, no diff). Most updates need none.
+    const touched = this.indexesTouchedBy(update).filter(index => !sameIndexedValues(doc, next, index.fields))
     if (touched.length === 0) this.docs.putSync(next._id, next)
     else this.putDoc(next, doc, touched)
     return true
@@ -538,6 +538,11 @@ function passes(chosen: IndexPlan, key: KeyPart[]): boolean {
 
 function sameDefinition(a: StoredIndex, b: StoredIndex): boolean {
   return isDeepStrictEqual(Object.entries(a.key), Object.entries(b.key)) && !!a.unique === !!b.unique && a.expireAfterSeconds === b.expireAfterSeconds
+}
+
+/** Whether two versions of a document hold exactly the same values on these fields (so the same index entries). */
+function sameIndexedValues(a: Doc, b: Doc, fields: string[]): boolean {
+  return fields.every(field => isDeepStrictEqual(pathValues(a, field).values, pathValues(b, field).values))
 }
 
 /** Whether two documents share a full (uncut) value tuple on these fields. */
