@@ -12,6 +12,7 @@ import { BatchLifecycle } from './lifecycle.js'
 import { BlockedAddresses } from './blocked-addresses.js'
 import { CsvImports } from './csv-import.js'
 import { ContactLoads } from './loads.js'
+import { ChunkThread } from './chunk-thread.js'
 import { QueueWorkers } from './queue-workers.js'
 import { Contacts } from './contacts.js'
 import { Operations } from './operations.js'
@@ -35,7 +36,9 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
   const batches = new Batches(store, clock)
   const operations = new Operations(store, clock)
   const log = new BatchLog(store, clock)
-  const loads = new ContactLoads(platform, batches, operations, log)
+  // Beside the embedded store, chunks are applied off the loop that serves live sessions.
+  const chunkThread = store.sharedPath && platform.config.dialer.applyThread ? new ChunkThread(store.sharedPath, clock) : undefined
+  const loads = new ContactLoads(platform, batches, operations, log, chunkThread)
   const lifecycle = new BatchLifecycle(platform, batches, operations, log)
   const imports = new CsvImports(platform, new FileBlobStore(platform.config.dataDir), batches, operations, loads)
   const blocked = new BlockedAddresses(store, clock)
@@ -73,6 +76,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
       providers.close()
       await scheduler.stop()
       await queueWorkers.stop()
+      await chunkThread?.close()
       await loads.active.stop()
     },
   }

@@ -54,6 +54,8 @@ export interface Config {
     workerConcurrency: number
     /** Worker threads that validate large contact loads off the event loop; 0 = inline. */
     validationThreads: number
+    /** Apply contact-load chunks in a thread beside the embedded store (DIALER_APPLY_THREAD). */
+    applyThread: boolean
     /** Selection-cycle period of the dialing scheduler in worker processes; 0 = no timer. */
     cycleMs: number
     /** Attempts in flight at once per batch (a batch's rules.maxInFlight may lower it). */
@@ -234,6 +236,7 @@ export function loadConfig(env: Env = process.env): Config {
       uploadSigningSecret: signingSecret || randomSecret(),
       workerConcurrency: int(env, 'DIALER_WORKER_CONCURRENCY', 4, 1),
       validationThreads: int(env, 'DIALER_VALIDATION_THREADS', 1, 0),
+      applyThread: int(env, 'DIALER_APPLY_THREAD', 1, 0) === 1,
       cycleMs: int(env, 'DIALER_CYCLE_MS', 1000, 0),
       maxInFlightPerBatch: int(env, 'DIALER_MAX_IN_FLIGHT_PER_BATCH', 50, 1),
       maxInFlightPerAccount: int(env, 'DIALER_MAX_IN_FLIGHT_PER_ACCOUNT', 200, 1),

@@ -14,6 +14,8 @@ export interface Metrics {
   queueDepth: Gauge<'queue'>
   operationsInFlight: Gauge<'kind'>
   chunksProcessed: Counter<'outcome'>
+  /** Chunks applied by the thread beside the embedded store (off the event loop). */
+  chunksAppliedOffLoop: Counter
   sseStreamsOpen: Gauge
   sseClientDisconnects: Counter
   sseSlowConsumersDropped: Counter
@@ -80,6 +82,11 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       name: 'switchboard_dialer_chunks_processed_total',
       help: 'Contact-load chunks processed by workers',
       labelNames: ['outcome'],
+      registers,
+    }),
+    chunksAppliedOffLoop: new Counter({
+      name: 'switchboard_dialer_chunks_applied_off_loop_total',
+      help: 'Contact-load chunks applied by the thread beside the embedded store instead of on the event loop',
       registers,
     }),
     sseStreamsOpen: new Gauge({ name: 'switchboard_sse_streams_open', help: 'Open SSE streams', registers }),

@@ -577,8 +577,11 @@ export class LmdbStore implements Store {
   private sweeping?: Promise<unknown>
   private closed = false
 
+  readonly sharedPath: string
+
   constructor(options: LmdbStoreOptions) {
     mkdirSync(options.path, { recursive: true })
+    this.sharedPath = options.path
     this.clock = options.clock ?? systemClock
     this.ttl = { slice: options.ttlSlice ?? 500, slices: options.ttlSlicesPerSweep ?? 8 }
     this.env = open({

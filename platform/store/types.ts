@@ -82,6 +82,8 @@ export interface Collection<T extends Doc = Doc> {
 
 export interface Store {
   readonly kind: 'memory' | 'lmdb' | 'mongo'
+  /** Where another thread of this process can open the same database (the embedded store); absent: it cannot. */
+  readonly sharedPath?: string
   collection<T extends Doc = Doc>(name: string): Collection<T>
   ensureIndexes(collection: string, indexes: IndexSpec[]): Promise<void>
   close(): Promise<void>

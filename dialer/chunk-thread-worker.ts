@@ -1,0 +1,44 @@
+// The thread of dialer/chunk-thread.ts: opens each service's embedded database on first use and
+// applies chunks with the same ChunkApplication the loop would run, over repositories whose
+// clock reads the time the chunk was posted with.
+import { parentPort } from 'node:worker_threads'
+import { LmdbStore } from '../platform/store/lmdb-store.js'
+import { ActiveContacts } from './active-contacts.js'
+import { BatchLog } from './batch-log.js'
+import { Batches } from './batches.js'
+import { ChunkApplication } from './chunk-application.js'
+import type { ChunkAnswer, ChunkRequest } from './chunk-thread.js'
+import { Operations } from './operations.js'
+
+const stores = new Map<string, LmdbStore>()
+
+const answer = (message: ChunkAnswer) => parentPort!.postMessage(message)
+
+parentPort!.on('message', (request: ChunkRequest) => {
+  void handle(request).catch(error => answer({ id: request.id, error: (error as Error)?.message ?? String(error) }))
+})
+
+async function handle(request: ChunkRequest) {
+  if ('close' in request) {
+    const store = stores.get(request.path)
+    stores.delete(request.path)
+    await store?.close()
+    return answer({ id: request.id, released: true })
+  }
+  let store = stores.get(request.path)
+  if (!store) {
+    // TTL sweeps stay with the service's own handle.
+    store = new LmdbStore({ path: request.path, sweepIntervalMs: 0 })
+    stores.set(request.path, store)
+  }
+  const clock = { now: () => request.now }
+  const application = new ChunkApplication({
+    store,
+    clock,
+    batches: new Batches(store, clock),
+    operations: new Operations(store, clock),
+    log: new BatchLog(store, clock),
+    active: new ActiveContacts(store),
+  })
+  answer({ id: request.id, closed: await application.process(request.message) })
+}
