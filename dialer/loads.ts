@@ -3,6 +3,7 @@
 // dialer/chunk-application.ts, on a thread beside the embedded store (dialer/chunk-thread.ts)
 // or on the loop (MongoDB, or when that thread is unavailable).
 import { ApiError } from '../gateway/errors.js'
+import { yieldToLoop } from '../platform/background.js'
 import type { Principal } from '../gateway/auth.js'
 import type { Platform } from '../platform/index.js'
 import type { Delivery, WorkQueue } from '../platform/bus/index.js'
@@ -84,8 +85,14 @@ export class ContactLoads {
   }
 
   async accept(principal: Principal, batchId: string, input: ContactInput[]): Promise<LoadAck> {
+    // A large load's steps on the loop (its body was parsed just before; the cap check reads the
+    // account's open loads; publishing encodes every contact) each take milliseconds: pending
+    // I/O (live sessions) runs between them instead of behind the whole request, and several
+    // loads arriving together interleave instead of running back to back.
+    await yieldToLoop()
     const batch = await this.batches.getWritable(principal.accountId, batchId)
     await this.checkCap(principal.accountId, input.length)
+    await yieldToLoop()
     const chunks = splitIntoChunks(ContactLoads.queued(input), this.platform.config.dialer.chunkSize)
     const op = await this.operations.createLoad({
       accountId: principal.accountId,
@@ -96,6 +103,7 @@ export class ContactLoads {
       sealed: true,
       actor: { id: principal.keyId, name: principal.keyName },
     })
+    await yieldToLoop()
     await this.publishAll(op, chunks.map(contacts => ({ contacts, rejected: [] })))
     return {
       operationId: op._id,
