@@ -161,7 +161,7 @@ const isRangeOperand = (v: unknown) => typeof v === 'number' || typeof v === 'st
  * (mongod's rules for those are richer: mingo decides). undefined for any other filter.
  */
 export function fastMatcher(filter: Filter): ((doc: Doc) => boolean | undefined) | undefined {
-  const tests: { path: string; test: (v: unknown) => boolean }[] = []
+  const tests: { path: string; test: (v: unknown) => boolean; raw?: boolean }[] = []
   for (const [path, condition] of Object.entries(filter)) {
     if (path.startsWith('$')) return undefined
     if (isPrimitive(condition)) {
@@ -173,6 +173,23 @@ export function fastMatcher(filter: Filter): ((doc: Doc) => boolean | undefined)
     if (ops.length === 1 && ops[0]![0] === '$in' && Array.isArray(ops[0]![1]) && (ops[0]![1] as unknown[]).every(isPrimitive)) {
       const allowed = new Set(ops[0]![1] as unknown[])
       tests.push({ path, test: v => allowed.has(v) })
+      continue
+    }
+    // $ne / $nin of scalars: a missing field reads as null here, as mongod matches it.
+    if (ops.length === 1 && ops[0]![0] === '$ne' && isPrimitive(ops[0]![1])) {
+      const excluded = ops[0]![1]
+      tests.push({ path, test: v => v !== excluded })
+      continue
+    }
+    if (ops.length === 1 && ops[0]![0] === '$nin' && Array.isArray(ops[0]![1]) && (ops[0]![1] as unknown[]).every(isPrimitive)) {
+      const excluded = new Set(ops[0]![1] as unknown[])
+      tests.push({ path, test: v => !excluded.has(v) })
+      continue
+    }
+    // $exists on a top-level field (a stored null exists; only an absent field does not).
+    if (ops.length === 1 && ops[0]![0] === '$exists' && typeof ops[0]![1] === 'boolean' && !path.includes('.')) {
+      const wanted = ops[0]![1]
+      tests.push({ path, raw: true, test: v => (v !== undefined) === wanted })
       continue
     }
     if (ops.length === 0 || !ops.every(([op, operand]) => RANGE_OPS.has(op) && isRangeOperand(operand))) return undefined
@@ -189,7 +206,11 @@ export function fastMatcher(filter: Filter): ((doc: Doc) => boolean | undefined)
     tests.push({ path, test: v => checks.every(c => c(v)) })
   }
   return doc => {
-    for (const { path, test } of tests) {
+    for (const { path, test, raw } of tests) {
+      if (raw) {
+        if (!test((doc as Record<string, unknown>)[path])) return false
+        continue
+      }
       const value = getPath(doc, path, true)
       if (value !== null && typeof value === 'object' && !(value instanceof Date)) return undefined
       if (!test(value)) return false
