@@ -580,19 +580,6 @@ export class SessionHost {
       if (!provider) throw new Error(`no provider ${crew.assistant.provider}`)
       let text = ''
       const calls: RequestedCall[] = []
-      // Chunks that arrive within one macrotask (a provider that yields several at once, or one
-      // network read holding several) go to the machine as one event: one transition and one
-      // snapshot of the draft instead of one per chunk. Each chunk is still its own frame.
-      let deltas: string[] = []
-      let flushing: NodeJS.Immediate | undefined
-      const flushDeltas = () => {
-        if (flushing) clearImmediate(flushing)
-        flushing = undefined
-        if (deltas.length === 0 || controller.signal.aborted) return
-        const chunks = deltas
-        deltas = []
-        sendBack({ type: 'gen.delta', deltas: chunks, at: this.now })
-      }
       const stream = provider.generate({
         crew,
         agentId: input.agentId,
@@ -606,14 +593,12 @@ export class SessionHost {
         if (controller.signal.aborted) return
         if (chunk.type === 'text') {
           text += chunk.delta
-          deltas.push(chunk.delta)
-          flushing ??= setImmediate(flushDeltas)
+          sendBack({ type: 'gen.delta', delta: chunk.delta, at: this.now })
         } else {
           calls.push(chunk)
         }
       }
       if (controller.signal.aborted) return
-      flushDeltas()
       const at = this.now
       const toolCalls = this.tools.pending(crew, calls, at)
       finished = true

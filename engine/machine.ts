@@ -105,8 +105,7 @@ export type SessionEvent =
   | ({ type: 'session.destroy'; reason: string; by: 'channel' | 'admin' | 'system'; userId?: string } & At)
   | ({ type: 'session.expire' } & At)
   | ({ type: 'session.restored'; logPosition: number } & At)
-  /** Reply text as it streams: the chunks the provider gave since the last event, in order (each its own frame). */
-  | ({ type: 'gen.delta'; deltas: string[] } & At)
+  | ({ type: 'gen.delta'; delta: string } & At)
   | ({ type: 'gen.completed'; text: string; toolCalls: PendingTool[] } & At)
   | ({ type: 'gen.failed'; error: string } & At)
   | ({ type: 'tool.result'; callId: string; result: unknown; ok: boolean } & At)
@@ -340,8 +339,8 @@ export const sessionMachine = setup({
     markReplyOwed: step(r => r.set({ replyOwed: true })),
     publishDelta: step<Extract<SessionEvent, { type: 'gen.delta' }>>((r, e, context) => {
       const draft = context.draft ?? { messageId: `t${context.turnId}.${context.toolRounds}`, text: '', chunks: 0 }
-      e.deltas.forEach((delta, i) => r.publish('assistant.response', { messageId: draft.messageId, turnId: context.turnId, index: draft.chunks + i, delta }))
-      r.set({ draft: { messageId: draft.messageId, text: draft.text + e.deltas.join(''), chunks: draft.chunks + e.deltas.length } })
+      r.set({ draft: { messageId: draft.messageId, text: draft.text + e.delta, chunks: draft.chunks + 1 } })
+      r.publish('assistant.response', { messageId: draft.messageId, turnId: context.turnId, index: draft.chunks, delta: e.delta })
     }),
     recordUserMessage: step<Extract<SessionEvent, { type: 'user.message' }>>((r, e, context) => {
       const { text, triggered } = applyGuardrails(e.text, context.guardrails, 'user')
