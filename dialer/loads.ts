@@ -153,9 +153,9 @@ export class ContactLoads {
     try {
       // The thread answers null when it is not there (failed to start, or died meanwhile): the
       // chunk is applied here instead (every step is idempotent, whatever the thread did of it).
-      let closed = await this.thread?.apply(message)
-      if (closed === null || closed === undefined) closed = await this.application.process(message)
-      else this.platform.metrics.chunksAppliedOffLoop.inc()
+      const inThread = await this.thread?.apply(message)
+      if (inThread != null) this.platform.metrics.chunksAppliedOffLoop.inc()
+      const closed = inThread ?? (await this.application.process(message))
       if (closed) this.platform.metrics.operationsInFlight.dec({ kind: 'contacts.load' })
       this.platform.metrics.chunksProcessed.inc({ outcome: 'ok' })
     } catch (error) {

@@ -42,7 +42,7 @@ import {
 } from './types.js'
 import { type Clock, systemClock } from '../clock.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
-import { clone, compareKeys, compiled, emptyBulk, fastFind, fastMatcher, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
+import { clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
 import { documentKeys, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
 
@@ -205,15 +205,11 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     const limited = options.limit !== undefined && options.limit > 0
     const { docs, ordered } = this.candidates(filter, options.sort, limited)
     if (ordered) {
-      // mingo compiles a filter only when the plain-JS matcher cannot decide: compiling costs far
-      // more than matching, and hot filters (one contact's key) are rarely repeated.
-      const fast = fastMatcher(filter)
-      let query: ReturnType<typeof compiled> | undefined
-      const slow = (doc: T) => (query ??= compiled(filter)).test(doc)
+      const matches = matcherOf(filter)
       const want = limited ? skip + options.limit! : Infinity
       const hits: T[] = []
       for (const doc of docs) {
-        if (!(fast ? (fast(doc) ?? slow(doc)) : slow(doc))) continue
+        if (!matches(doc)) continue
         hits.push(doc)
         if (hits.length >= want) break
       }

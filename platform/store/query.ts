@@ -249,15 +249,25 @@ export function compareKeys(a: unknown[], b: unknown[], directions: number[]): n
 }
 
 /**
+ * The whole filter as a predicate: the plain-JS matcher where it decides, mingo for the rest,
+ * compiled only when first needed (compiling costs far more than matching, and hot filters such
+ * as one contact's key are rarely repeated, so the compiled-query cache would not help them).
+ */
+export function matcherOf(filter: Filter): (doc: Doc) => boolean {
+  const fast = fastMatcher(filter)
+  let query: Query<any> | undefined
+  const slow = (doc: Doc) => (query ??= compiled(filter)).test(doc)
+  return fast ? doc => fast(doc) ?? slow(doc) : slow
+}
+
+/**
  * Filter, sort, skip and limit in plain JS when fastMatcher() covers the filter and every sort
  * key is a scalar: with a limit it keeps only the first skip + limit in order (a bounded
  * insertion), instead of sorting every match. undefined: let mingo do it.
  */
 export function fastFind<T extends Doc>(candidates: Iterable<T>, filter: Filter, options: FindOptions): T[] | undefined {
-  const match = fastMatcher(filter)
-  if (!match) return undefined
-  let query: Query<any> | undefined // compiled only if the plain-JS matcher cannot decide
-  const matches = (doc: T) => match(doc) ?? (query ??= compiled(filter)).test(doc)
+  if (!fastMatcher(filter)) return undefined
+  const matches = matcherOf(filter)
   const skip = options.skip ?? 0
   if (!options.sort) {
     const hits: T[] = []
