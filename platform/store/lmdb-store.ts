@@ -19,6 +19,13 @@
 // everything (unique keys, key sizes) before its first write. Reads outside writes are
 // synchronous, from the committed state.
 //
+// Transactions stay small: a bulk write, or an updateMany/deleteMany that matches more than
+// WRITE_SLICE documents, commits WRITE_SLICE documents per transaction (not atomic as a whole,
+// like MongoDB without a transaction: every document is re-checked against the filter in its
+// own slice). One large transaction frees most pages of the trees it touches at once, and
+// LMDB rewrites that free list on every later commit until it is used up: after one
+// 10,000-contact insert into 200,000, every small commit took ~100 ms instead of ~2 ms.
+//
 // TTL: a TTL index is an ordered index on its Date field; a sweep reads the expired end of it
 // a bounded slice at a time (TTL_SLICE entries per transaction), never the whole collection.
 import { mkdirSync } from 'node:fs'
@@ -46,6 +53,8 @@ import { clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, sortKeys,
 import { documentKeys, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
 
+/** Documents written per transaction by a bulk write, updateMany or deleteMany (see above). */
+export const WRITE_SLICE = 256
 /** Longest _id accepted (bytes of UTF-8): it is a key of the documents and of every index entry. */
 const MAX_ID_BYTES = 512
 const EMPTY = Buffer.alloc(0)
@@ -386,7 +395,34 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   async updateMany(filter: Filter, update: Update): Promise<UpdateResult> {
     assertSafeUpdate(update)
     const [f, u] = [clone(filter), clone(update)]
-    return this.write(() => this.updateManySync(f, u))
+    const ids = this.manyMatching(f)
+    if (!ids) return this.write(() => this.updateManySync(f, u))
+    const result: UpdateResult = { matchedCount: 0, modifiedCount: 0, upsertedId: null }
+    await this.inSlices(f, ids, doc => {
+      result.matchedCount++
+      if (this.updateDocSync(doc, u)) result.modifiedCount++
+    })
+    return result
+  }
+
+  /** The _ids matching `filter` when there are more than one transaction should write; else undefined. */
+  private manyMatching(filter: Filter): string[] | undefined {
+    const docs = this.matching(filter)
+    return docs.length > WRITE_SLICE ? docs.map(d => d._id) : undefined
+  }
+
+  /** `apply` to each of `ids` that still matches `filter`, WRITE_SLICE documents per transaction. */
+  private async inSlices(filter: Filter, ids: string[], apply: (doc: T) => void) {
+    const matches = matcherOf(filter)
+    for (let from = 0; from < ids.length; from += WRITE_SLICE) {
+      const slice = ids.slice(from, from + WRITE_SLICE)
+      await this.write(() => {
+        for (const id of slice) {
+          const doc = this.docs.get(id)
+          if (doc && matches(doc)) apply(doc)
+        }
+      })
+    }
   }
 
   async findOneAndUpdate(filter: Filter, update: Update, options: { upsert?: boolean; returnDocument?: 'before' | 'after'; sort?: Sort } = {}) {
@@ -407,7 +443,14 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   async deleteMany(filter: Filter) {
     const f = clone(filter)
-    return this.write(() => this.deleteSync(f))
+    const ids = this.manyMatching(f)
+    if (!ids) return this.write(() => this.deleteSync(f))
+    let deleted = 0
+    await this.inSlices(f, ids, doc => {
+      this.removeDoc(doc)
+      deleted++
+    })
+    return deleted
   }
 
   async bulkWrite(ops: BulkOp[], options: { ordered?: boolean } = {}): Promise<BulkResult> {
@@ -415,35 +458,43 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     if (ops.length === 0) return emptyBulk()
     const ordered = options.ordered ?? true
     const copies = clone(ops)
-    return this.write(() => {
-      const result = emptyBulk()
-      for (const [index, op] of copies.entries()) {
-        try {
-          if ('insertOne' in op) {
-            this.insertSync(op.insertOne.document as T)
-            result.insertedCount++
-          } else if ('updateOne' in op) {
-            const r = this.updateOneSync(op.updateOne.filter, op.updateOne.update, { upsert: op.updateOne.upsert })
-            result.matchedCount += r.matchedCount
-            result.modifiedCount += r.modifiedCount
-            if (r.upsertedId) result.upsertedCount++
-          } else if ('updateMany' in op) {
-            const r = this.updateManySync(op.updateMany.filter, op.updateMany.update)
-            result.matchedCount += r.matchedCount
-            result.modifiedCount += r.modifiedCount
-          } else if ('deleteOne' in op) {
-            result.deletedCount += this.deleteSync(op.deleteOne.filter, 1)
-          } else {
-            result.deletedCount += this.deleteSync(op.deleteMany.filter)
-          }
-        } catch (error) {
-          if (!(error instanceof DuplicateKeyError)) throw error
-          result.duplicateKeyIndexes.push(index)
-          if (ordered) break
+    const result = emptyBulk()
+    for (let from = 0; from < copies.length; from += WRITE_SLICE) {
+      const stopped = await this.write(() => this.bulkSlice(copies, from, Math.min(copies.length, from + WRITE_SLICE), ordered, result))
+      if (stopped) break
+    }
+    return result
+  }
+
+  /** ops[from, to) into `result`, in the current transaction; true when an ordered bulk stopped at a duplicate. */
+  private bulkSlice(ops: BulkOp[], from: number, to: number, ordered: boolean, result: BulkResult): boolean {
+    for (let index = from; index < to; index++) {
+      const op = ops[index]!
+      try {
+        if ('insertOne' in op) {
+          this.insertSync(op.insertOne.document as T)
+          result.insertedCount++
+        } else if ('updateOne' in op) {
+          const r = this.updateOneSync(op.updateOne.filter, op.updateOne.update, { upsert: op.updateOne.upsert })
+          result.matchedCount += r.matchedCount
+          result.modifiedCount += r.modifiedCount
+          if (r.upsertedId) result.upsertedCount++
+        } else if ('updateMany' in op) {
+          const r = this.updateManySync(op.updateMany.filter, op.updateMany.update)
+          result.matchedCount += r.matchedCount
+          result.modifiedCount += r.modifiedCount
+        } else if ('deleteOne' in op) {
+          result.deletedCount += this.deleteSync(op.deleteOne.filter, 1)
+        } else {
+          result.deletedCount += this.deleteSync(op.deleteMany.filter)
         }
+      } catch (error) {
+        if (!(error instanceof DuplicateKeyError)) throw error
+        result.duplicateKeyIndexes.push(index)
+        if (ordered) return true
       }
-      return result
-    })
+    }
+    return false
   }
 
   // ------------------------------------------------------------------ indexes

@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { LmdbStore } from '../../platform/store/lmdb-store.js'
+import { LmdbStore, WRITE_SLICE } from '../../platform/store/lmdb-store.js'
 import { DuplicateKeyError, type Doc } from '../../platform/store/types.js'
 import { buildService } from '../support/processes.js'
 
@@ -165,6 +165,45 @@ t.test('TTL expiry walks its index a slice at a time', async t => {
   t.equal(await ops.countDocuments({}), 51, 'future and non-Date expiries stay')
   now += 120_000
   t.equal(await store.sweep(), 50, 'they expire in their turn')
+})
+
+t.test('a bulk write, updateMany and deleteMany past one slice commit in slices: other writes go between them, results add up', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  await store.ensureIndexes('contacts', CONTACT_INDEXES)
+  const contacts = store.collection('contacts')
+  const other = store.collection('other')
+  const N = WRITE_SLICE * 8
+  const at = new Date('2026-07-01T10:00:00Z')
+  const docs = Array.from({ length: N }, (_, i) => ({ _id: `c${i}`, batchId: 'b', identifier: `i${i}`, state: 'pending', priorityRank: i % 3, nextAttemptAt: at }))
+
+  // A write sent while the bulk is being written commits before the bulk ends, not after it.
+  const bulk = contacts.insertMany(docs)
+  await new Promise(resolve => setImmediate(resolve))
+  await other.insertOne({ _id: 'meanwhile' })
+  const committedThen = await contacts.countDocuments({})
+  t.ok(committedThen < N, `the single write was committed before the whole bulk (${committedThen} of ${N} then)`)
+  await bulk
+  t.equal(await contacts.countDocuments({ batchId: 'b', state: 'pending' }), N, 'every document and index entry written')
+
+  // Ordered: stops at the duplicate (past the first slice); what came before it stays.
+  const dup = WRITE_SLICE + 10
+  const more = Array.from({ length: WRITE_SLICE * 2 }, (_, i) => ({ _id: `d${i}`, batchId: 'b', identifier: i === dup ? 'i0' : `j${i}`, state: 'pending', priorityRank: 0, nextAttemptAt: at }))
+  const ordered = await contacts.insertMany(more)
+  t.same({ inserted: ordered.insertedCount, duplicates: ordered.duplicateKeyIndexes }, { inserted: dup, duplicates: [dup] }, 'ordered: stopped at the duplicate')
+  await contacts.deleteMany({ _id: { $in: more.map(d => d._id) } })
+  const unordered = await contacts.insertMany(more, { ordered: false })
+  t.same({ inserted: unordered.insertedCount, duplicates: unordered.duplicateKeyIndexes }, { inserted: more.length - 1, duplicates: [dup] }, 'unordered: all but the duplicate')
+
+  const updated = await contacts.updateMany({ batchId: 'b', priorityRank: 0 }, { $set: { state: 'done' } })
+  const rankZero = docs.filter(d => d.priorityRank === 0).length + more.length - 1
+  t.same({ matched: updated.matchedCount, modified: updated.modifiedCount }, { matched: rankZero, modified: rankZero })
+  t.equal(await contacts.countDocuments({ batchId: 'b', state: 'done' }), rankZero, 'the state index moved with every update')
+  t.equal(await contacts.countDocuments({ batchId: 'b', state: 'pending' }), N + more.length - 1 - rankZero)
+
+  t.equal(await contacts.deleteMany({ batchId: 'b', state: 'done' }), rankZero)
+  t.equal(await contacts.countDocuments({ batchId: 'b', state: 'done' }), 0)
+  t.equal(await contacts.countDocuments({}), N + more.length - 1 - rankZero, 'only the matching documents deleted')
 })
 
 t.test('a kill -9 while writing loses nothing that was acknowledged and leaves indexes whole', async t => {
