@@ -241,7 +241,7 @@ console.log('\n' + table + '\n')
 writeResults(import.meta.url, started, {
   ...runHeader(started),
   parameters: {
-    store: 'memory (embedded)',
+    store: 'lmdb (embedded)',
     sizes: [SMALL, LARGE],
     cyclesPerSize: CYCLES,
     cycleRoom: CYCLE_ROOM,
