@@ -36,6 +36,8 @@ const MAX_ROUNDS = 8
 const NO_WINDOW_RECHECK_MS = 24 * 60 * 60_000
 /** The per-minute pacing window: attempts started in the last 60 s (sliding). */
 const RATE_WINDOW_MS = 60_000
+/** Expired claims are looked for at least this often (and every quarter of the claim timeout if shorter). */
+const MAX_RECOVERY_INTERVAL_MS = 60_000
 
 export interface CycleReport {
   batches: number
@@ -54,6 +56,8 @@ export class Scheduler {
   private timer?: NodeJS.Timeout
   private cycle?: Promise<CycleReport>
   private stopped = false
+  /** Service-clock time of the last look for expired claims (the first cycle looks). */
+  private recoveredAt = -Infinity
 
   constructor(
     private readonly platform: Platform,
@@ -112,7 +116,13 @@ export class Scheduler {
   private async select(): Promise<CycleReport> {
     const now = this.platform.clock.now()
     const report: CycleReport = { batches: 0, claimed: 0, skipped: {}, completed: [] }
-    await this.recoverExpiredClaims(now)
+    // Claims expire on the scale of DIALER_CLAIM_TIMEOUT_MS: looking for them every cycle read
+    // every contact in flight each time (1,000 in flight: most of a cycle's CPU).
+    const { claimTimeoutMs } = this.platform.config.dialer
+    if (now - this.recoveredAt >= Math.min(claimTimeoutMs / 4, MAX_RECOVERY_INTERVAL_MS)) {
+      this.recoveredAt = now
+      await this.recoverExpiredClaims(now)
+    }
     const running = await this.batchDocs.find({ status: 'running' }, { sort: { createdAt: 1, _id: 1 } })
     const accountInFlight = new Map<string, number>()
     const accountStarted = new Map<string, number>()
