@@ -49,7 +49,7 @@ import {
 } from './types.js'
 import { type Clock, systemClock } from '../clock.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
-import { clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
+import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
 import { documentKeys, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
 
@@ -468,33 +468,15 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   /** ops[from, to) into `result`, in the current transaction; true when an ordered bulk stopped at a duplicate. */
   private bulkSlice(ops: BulkOp[], from: number, to: number, ordered: boolean, result: BulkResult): boolean {
-    for (let index = from; index < to; index++) {
-      const op = ops[index]!
-      try {
-        if ('insertOne' in op) {
-          this.insertSync(op.insertOne.document as T)
-          result.insertedCount++
-        } else if ('updateOne' in op) {
-          const r = this.updateOneSync(op.updateOne.filter, op.updateOne.update, { upsert: op.updateOne.upsert })
-          result.matchedCount += r.matchedCount
-          result.modifiedCount += r.modifiedCount
-          if (r.upsertedId) result.upsertedCount++
-        } else if ('updateMany' in op) {
-          const r = this.updateManySync(op.updateMany.filter, op.updateMany.update)
-          result.matchedCount += r.matchedCount
-          result.modifiedCount += r.modifiedCount
-        } else if ('deleteOne' in op) {
-          result.deletedCount += this.deleteSync(op.deleteOne.filter, 1)
-        } else {
-          result.deletedCount += this.deleteSync(op.deleteMany.filter)
-        }
-      } catch (error) {
-        if (!(error instanceof DuplicateKeyError)) throw error
-        result.duplicateKeyIndexes.push(index)
-        if (ordered) return true
-      }
-    }
+    for (let index = from; index < to; index++) if (!applyBulkOp(this.bulkTarget, ops[index]!, index, ordered, result)) return true
     return false
+  }
+
+  private readonly bulkTarget: BulkTarget = {
+    insert: doc => this.insertSync(doc as T),
+    updateOne: (filter, update, upsert) => this.updateOneSync(filter, update, { upsert }),
+    updateMany: (filter, update) => this.updateManySync(filter, update),
+    delete: (filter, limit) => this.deleteSync(filter, limit),
   }
 
   // ------------------------------------------------------------------ indexes

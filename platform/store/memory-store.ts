@@ -20,7 +20,7 @@ import {
 } from './types.js'
 import { type Clock, systemClock } from '../clock.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
-import { clone, compiled, emptyBulk, fastFind, getPath, isPrimitive, pinnedValues, updatedCopy, upsertDocument } from './query.js'
+import { applyBulkOp, type BulkTarget, clone, compiled, emptyBulk, fastFind, getPath, isPrimitive, pinnedValues, updatedCopy, upsertDocument } from './query.js'
 
 
 /**
@@ -293,14 +293,15 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
   }
 
   async deleteOne(filter: Filter) {
-    const [doc] = this.matching(filter, { limit: 1 })
-    if (!doc) return 0
-    this.remove(doc)
-    return 1
+    return this.deleteSync(filter, 1)
   }
 
   async deleteMany(filter: Filter) {
-    const docs = this.matching(filter)
+    return this.deleteSync(filter)
+  }
+
+  private deleteSync(filter: Filter, limit?: number): number {
+    const docs = this.matching(filter, limit ? { limit } : {})
     for (const doc of docs) this.remove(doc)
     return docs.length
   }
@@ -309,32 +310,15 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
     assertSafeBulk(ops)
     const ordered = options.ordered ?? true
     const result = emptyBulk()
-    for (const [index, op] of ops.entries()) {
-      try {
-        if ('insertOne' in op) {
-          this.insert(op.insertOne.document as T)
-          result.insertedCount++
-        } else if ('updateOne' in op) {
-          const r = this.updateOneSync(op.updateOne.filter, op.updateOne.update, { upsert: op.updateOne.upsert })
-          result.matchedCount += r.matchedCount
-          result.modifiedCount += r.modifiedCount
-          if (r.upsertedId) result.upsertedCount++
-        } else if ('updateMany' in op) {
-          const r = this.updateManySync(op.updateMany.filter, op.updateMany.update)
-          result.matchedCount += r.matchedCount
-          result.modifiedCount += r.modifiedCount
-        } else if ('deleteOne' in op) {
-          result.deletedCount += await this.deleteOne(op.deleteOne.filter)
-        } else {
-          result.deletedCount += await this.deleteMany(op.deleteMany.filter)
-        }
-      } catch (error) {
-        if (!(error instanceof DuplicateKeyError)) throw error
-        result.duplicateKeyIndexes.push(index)
-        if (ordered) break
-      }
-    }
+    for (const [index, op] of ops.entries()) if (!applyBulkOp(this.bulkTarget, op, index, ordered, result)) break
     return result
+  }
+
+  private readonly bulkTarget: BulkTarget = {
+    insert: doc => this.insert(doc as T),
+    updateOne: (filter, update, upsert) => this.updateOneSync(filter, update, { upsert }),
+    updateMany: (filter, update) => this.updateManySync(filter, update),
+    delete: (filter, limit) => this.deleteSync(filter, limit),
   }
 
   async aggregate<R>(pipeline: Record<string, any>[]): Promise<R[]> {

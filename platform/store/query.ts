@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto'
 import { isDeepStrictEqual } from 'node:util'
 import { Query, update as applyUpdate } from 'mingo'
-import type { BulkResult, Doc, Filter, FindOptions, Update } from './types.js'
+import { type BulkOp, type BulkResult, type Doc, DuplicateKeyError, type Filter, type FindOptions, type Update, type UpdateResult } from './types.js'
 
 export const emptyBulk = (): BulkResult => ({
   insertedCount: 0,
@@ -14,6 +14,41 @@ export const emptyBulk = (): BulkResult => ({
   deletedCount: 0,
   duplicateKeyIndexes: [],
 })
+
+/** What an embedded store does for each kind of bulk operation, synchronously. */
+export interface BulkTarget {
+  insert(doc: Doc): void
+  updateOne(filter: Filter, update: Update, upsert?: boolean): UpdateResult
+  updateMany(filter: Filter, update: Update): UpdateResult
+  delete(filter: Filter, limit?: number): number
+}
+
+/**
+ * One operation of a bulk write, counted into `result`; a duplicate key is recorded under its
+ * index instead of thrown. Answers false when an ordered bulk must stop there.
+ */
+export function applyBulkOp(target: BulkTarget, op: BulkOp, index: number, ordered: boolean, result: BulkResult): boolean {
+  try {
+    if ('insertOne' in op) {
+      target.insert(op.insertOne.document)
+      result.insertedCount++
+    } else if ('updateOne' in op || 'updateMany' in op) {
+      const r = 'updateOne' in op ? target.updateOne(op.updateOne.filter, op.updateOne.update, op.updateOne.upsert) : target.updateMany(op.updateMany.filter, op.updateMany.update)
+      result.matchedCount += r.matchedCount
+      result.modifiedCount += r.modifiedCount
+      if (r.upsertedId) result.upsertedCount++
+    } else if ('deleteOne' in op) {
+      result.deletedCount += target.delete(op.deleteOne.filter, 1)
+    } else {
+      result.deletedCount += target.delete(op.deleteMany.filter)
+    }
+    return true
+  } catch (error) {
+    if (!(error instanceof DuplicateKeyError)) throw error
+    result.duplicateKeyIndexes.push(index)
+    return !ordered
+  }
+}
 
 /**
  * Deep copy of a document: objects, arrays and Dates are copied; primitives (strings
