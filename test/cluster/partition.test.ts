@@ -104,6 +104,21 @@ t.test('an engine node and a worker partitioned from NATS, then healed', async t
   await sleep(500) // the gateway has seen both heartbeats: placement spreads over both
   const A = gw.base
 
+  /**
+   * Until nats-server itself has read the cut connection's close: a request published before
+   * that is routed to the dead connection and lost (6 of 30 in a direct trial), and its sender
+   * waits out ENGINE_REQUEST_TIMEOUT_MS for a 504 ("may or may not have been applied"). That
+   * instant is not what these phases test: the node's ping has no responder once it is past.
+   */
+  const serverSawGo = (node: string) =>
+    until('nats-server saw the node go', async () => {
+      try {
+        await probe.request(nodeSubject(node, 'ping'), '', { timeout: 500 })
+        return false
+      } catch (error) {
+        return isNoResponders(error)
+      }
+    }, 5000)
   /** The node's own count of live sessions (its /metrics, over HTTP: not partitioned). */
   const liveOn = async (p: Proc) => {
     const text = await (await fetch(`${p.metricsBase}/metrics`)).text()
@@ -160,6 +175,7 @@ t.test('an engine node and a worker partitioned from NATS, then healed', async t
   const dropped = until('engine-2 dropped its sessions', async () => (await liveOn(e2)) === 0, 5000).then(() => Date.now() - cutAt)
   await until('engine-2 /healthz says NATS is down', async () => (await fetch(`${e2.base}/healthz`)).status === 503, 5000)
   t.match(await (await fetch(`${e2.base}/healthz`)).json(), { status: 'degraded', nats: 'disconnected' }, 'engine-2 /healthz: 503 while cut off (a load balancer routes around it)')
+  await serverSawGo(cutNode)
   const refused: string[] = []
   const failover = await Promise.all(
     victims.map(async s => {
@@ -230,19 +246,8 @@ t.test('an engine node and a worker partitioned from NATS, then healed', async t
   await fresh.stream.next('assistant.response', 5000)
   engineLink.cut()
   const midCutAt = Date.now()
-  // A request published before nats-server has read the cut connection's close is routed to
-  // that connection and lost: its sender waits out ENGINE_REQUEST_TIMEOUT_MS and gets 504
-  // ("may or may not have been applied"). That window is not what this phase is about, so the
-  // message goes once the server knows the node is gone (its ping has no responder); the node
-  // is still streaming its reply then (about 1 s).
-  await until('nats-server saw engine-2 go', async () => {
-    try {
-      await probe.request(nodeSubject(cutNode, 'ping'), '', { timeout: 500 })
-      return false
-    } catch (error) {
-      return isNoResponders(error)
-    }
-  }, 5000)
+  // The node is still streaming its reply once the server has seen it go (about 1 s).
+  await serverSawGo(cutNode)
   await until('"after mid-reply cut" accepted', async () => {
     await say(fresh, 'after mid-reply cut')
     return true
