@@ -395,24 +395,28 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   async updateMany(filter: Filter, update: Update): Promise<UpdateResult> {
     assertSafeUpdate(update)
     const [f, u] = [clone(filter), clone(update)]
-    const ids = this.manyMatching(f)
-    if (!ids) return this.write(() => this.updateManySync(f, u))
     const result: UpdateResult = { matchedCount: 0, modifiedCount: 0, upsertedId: null }
-    await this.inSlices(f, ids, doc => {
+    await this.eachMatching(f, doc => {
       result.matchedCount++
       if (this.updateDocSync(doc, u)) result.modifiedCount++
     })
     return result
   }
 
-  /** The _ids matching `filter` when there are more than one transaction should write; else undefined. */
-  private manyMatching(filter: Filter): string[] | undefined {
-    const docs = this.matching(filter)
-    return docs.length > WRITE_SLICE ? docs.map(d => d._id) : undefined
-  }
-
-  /** `apply` to each of `ids` that still matches `filter`, WRITE_SLICE documents per transaction. */
-  private async inSlices(filter: Filter, ids: string[], apply: (doc: T) => void) {
+  /**
+   * `apply` to every document matching `filter`: in one transaction when they are at most
+   * WRITE_SLICE (the common case, read once), else WRITE_SLICE per transaction, each document
+   * re-checked against the filter in its own slice.
+   */
+  private async eachMatching(filter: Filter, apply: (doc: T) => void) {
+    const done = await this.write(() => {
+      const docs = this.matching(filter, { limit: WRITE_SLICE + 1 })
+      if (docs.length > WRITE_SLICE) return false
+      for (const doc of docs) apply(doc)
+      return true
+    })
+    if (done) return
+    const ids = this.matching(filter).map(doc => doc._id)
     const matches = matcherOf(filter)
     for (let from = 0; from < ids.length; from += WRITE_SLICE) {
       const slice = ids.slice(from, from + WRITE_SLICE)
@@ -443,10 +447,8 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   async deleteMany(filter: Filter) {
     const f = clone(filter)
-    const ids = this.manyMatching(f)
-    if (!ids) return this.write(() => this.deleteSync(f))
     let deleted = 0
-    await this.inSlices(f, ids, doc => {
+    await this.eachMatching(f, doc => {
       this.removeDoc(doc)
       deleted++
     })

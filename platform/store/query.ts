@@ -288,8 +288,7 @@ export function compareKeys(a: unknown[], b: unknown[], directions: number[]): n
  * compiled only when first needed (compiling costs far more than matching, and hot filters such
  * as one contact's key are rarely repeated, so the compiled-query cache would not help them).
  */
-export function matcherOf(filter: Filter): (doc: Doc) => boolean {
-  const fast = fastMatcher(filter)
+export function matcherOf(filter: Filter, fast = fastMatcher(filter)): (doc: Doc) => boolean {
   let query: Query<any> | undefined
   const slow = (doc: Doc) => (query ??= compiled(filter)).test(doc)
   return fast ? doc => fast(doc) ?? slow(doc) : slow
@@ -301,8 +300,9 @@ export function matcherOf(filter: Filter): (doc: Doc) => boolean {
  * insertion), instead of sorting every match. undefined: let mingo do it.
  */
 export function fastFind<T extends Doc>(candidates: Iterable<T>, filter: Filter, options: FindOptions): T[] | undefined {
-  if (!fastMatcher(filter)) return undefined
-  const matches = matcherOf(filter)
+  const fast = fastMatcher(filter)
+  if (!fast) return undefined
+  const matches = matcherOf(filter, fast)
   const skip = options.skip ?? 0
   if (!options.sort) {
     const hits: T[] = []
