@@ -37,8 +37,8 @@ export interface ServiceOverrides {
 }
 
 /** MONGO_URL set: MongoDB; unset: the embedded database under DATA_DIR (the one `make keys` writes). */
-async function openStore(config: Config, clock: Clock): Promise<Store> {
-  return config.mongoUrl ? MongoStore.connect(config.mongoUrl) : new LmdbStore({ path: embeddedStorePath(config.dataDir), clock })
+async function openStore(config: Config, clock: Clock, logger: Logger): Promise<Store> {
+  return config.mongoUrl ? MongoStore.connect(config.mongoUrl) : new LmdbStore({ path: embeddedStorePath(config.dataDir), clock, logger })
 }
 
 /**
@@ -65,7 +65,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   const clock = overrides.clock ?? systemClock
   const logger = overrides.logger ?? createLogger(config.logLevel, { service: 'switchboard', role: config.role })
   const metrics = createMetrics({ defaultMetrics: true })
-  const store = await openStore(config, clock)
+  const store = await openStore(config, clock, logger)
   const idempotencyStore = openIdempotencyStore(config, store)
   const bus = await openBus(config, logger, store)
   const overload = new OverloadGuard(config.overload, metrics, logger)

@@ -9,7 +9,7 @@ import { CompiledReport } from './metrics.js'
 import { parseExecuteReportQuery, parseSessionsDetailQuery } from './params.js'
 import { SESSION_RECORDS, SessionRecorder, type SessionRecordDoc } from './session-records.js'
 import { sessionsDetail } from './sessions-detail.js'
-import { SLOT_COUNTS, SLOT_STATS, type SlotCountDoc, type SlotStatsDoc } from './slots.js'
+import { SLOT_COUNTS, SLOT_STATS, SLOT_STATS_OPTIONS, type SlotCountDoc, type SlotStatsDoc } from './slots.js'
 import { SlotMigration } from './slot-migration.js'
 
 export { SessionRecorder, type LastMessage, type SessionRecordDoc, type SessionStatus, type TurnCounts, SESSION_RECORDS } from './session-records.js'
@@ -40,7 +40,7 @@ export function createReports(platform: Platform, options: ReportsOptions = {}):
   const sources = {
     records,
     counts: platform.store.collection<SlotCountDoc>(SLOT_COUNTS),
-    stats: platform.store.collection<SlotStatsDoc>(SLOT_STATS),
+    stats: platform.store.collection<SlotStatsDoc>(SLOT_STATS, SLOT_STATS_OPTIONS),
     slotsReady: () => migration.ready(),
   }
 

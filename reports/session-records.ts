@@ -7,7 +7,7 @@
 // blocks and the record keep saying the same thing.
 import type { BulkOp, Collection, IndexSpec, Store } from '../platform/store/index.js'
 import { type Clock, systemClock } from '../platform/clock.js'
-import { quarterOf, SLOT_COUNTS, SLOT_INDEXES, SLOT_STATS, SlotUpdates, type SlotCountDoc, type SlotStatsDoc } from './slots.js'
+import { quarterOf, SLOT_COUNTS, SLOT_INDEXES, SLOT_STATS, SLOT_STATS_OPTIONS, SlotUpdates, type SlotCountDoc, type SlotStatsDoc } from './slots.js'
 
 export const SESSION_RECORDS = 'session_records'
 
@@ -91,7 +91,7 @@ export class SessionRecorder {
   ) {
     this.records = store.collection<SessionRecordDoc>(SESSION_RECORDS)
     this.counts = store.collection<SlotCountDoc>(SLOT_COUNTS)
-    this.stats = store.collection<SlotStatsDoc>(SLOT_STATS)
+    this.stats = store.collection<SlotStatsDoc>(SLOT_STATS, SLOT_STATS_OPTIONS)
   }
 
   async ensureIndexes() {

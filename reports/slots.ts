@@ -34,6 +34,8 @@ import type { SessionRecordDoc } from './session-records.js'
 
 export const SLOT_COUNTS = 'report_slot_counts'
 export const SLOT_STATS = 'report_slot_stats'
+/** Every opener of SLOT_STATS passes these: its documents hold numbers and strings only. */
+export const SLOT_STATS_OPTIONS = { json: true }
 
 export const QUARTER = 15 * 60_000
 /** Block levels 0..TOP_LEVEL; a level-k block spans 4^k quarters. */

@@ -5,6 +5,9 @@
 //
 // Layout, in one environment under DATA_DIR:
 //   c:<collection>          documents by _id (MessagePack: Dates, numbers and nesting round-trip)
+//   j:<collection>          the same as JSON text, for a collection opened with { json: true }
+//                           (its documents hold no Date); documents a c: database of the same
+//                           name still holds are moved over when the collection is opened
 //   i:<collection>:<index>  one entry per (indexed values, _id), see index-keys.ts; no value
 //   m:indexes               declared indexes per collection (and whether they went multikey)
 // Queries read an index in key order (planner.ts) and stop at their limit; documents are read
@@ -37,6 +40,7 @@ import {
   type BulkOp,
   type BulkResult,
   type Collection,
+  type CollectionOptions,
   type Doc,
   DuplicateKeyError,
   type Filter,
@@ -48,6 +52,7 @@ import {
   type UpdateResult,
 } from './types.js'
 import { type Clock, systemClock } from '../clock.js'
+import type { Logger } from '../logger.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
 import { documentKeys, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
@@ -80,6 +85,8 @@ export interface LmdbStoreOptions {
   clock?: Clock
   /** TTL sweep period; 0 = never (tests call sweep()). */
   sweepIntervalMs?: number
+  /** Where one-off work at open (documents moved to JSON) is told. */
+  logger?: Logger
   /** Virtual address space reserved for the map (the file grows as data does). */
   mapSize?: number
   /** Expired documents removed per transaction by one TTL slice (default 500). */
@@ -88,18 +95,130 @@ export interface LmdbStoreOptions {
   ttlSlicesPerSweep?: number
 }
 
+/** Work per transaction of a background copy to JSON: it runs on the loop that serves requests. */
+const COPY_SLICE_MS = 4
+/** The m:indexes entry that says a JSON collection's documents have all moved to j:. */
+const movedKey = (collection: string) => `json:${collection}`
+
 /** A DuplicateKeyError as mongod words it. */
 const duplicate = (collection: string, index: string) => new DuplicateKeyError(`E11000 duplicate key error collection: ${collection} index: ${index}`)
 
 type Outcome<R> = { ok: R } | { error: unknown }
 
 class LmdbCollection<T extends Doc> implements Collection<T> {
-  readonly docs: Database<T, string>
+  /** Where documents are read: the c: database, or j: for a JSON collection once moved. */
+  private docs: Database<T, string>
+  /** While a JSON collection's documents are being copied from c: to j:, every write goes to both. */
+  private mirror?: Database<T, string>
+  /** The background copy to JSON, when one is running (close() waits for its current slice). */
+  moving?: Promise<void>
   indexes: LiveIndex[] = []
 
-  constructor(readonly name: string, private readonly store: LmdbStore) {
-    this.docs = store.env.openDB<T, string>({ name: `c:${name}` })
+  constructor(readonly name: string, private readonly store: LmdbStore, readonly json: boolean) {
+    this.docs = store.env.openDB<T, string>({ name: `c:${name}` , create: !json } as { name: string })
+    if (json) {
+      const target = store.env.openDB<T, string>({ name: `j:${name}`, encoding: 'json' })
+      // lmdb-js answers undefined for a database that does not exist when asked not to create it.
+      const old = this.docs as Database<T, string> | undefined
+      if (!old || store.meta.get(movedKey(name))) {
+        this.docs = target
+        // Moved before, but a restart came before the old copy was all removed: go on removing it.
+        if (old) this.moving = this.emptyOld(old).catch(error => this.store.logger?.error('store: removing the MessagePack copy failed; the next start goes on', { collection: this.name, error }))
+      } else {
+        // Documents written before the collection was kept as JSON: copied in the background
+        // (reads stay on c: meanwhile, complete). A copy cut short by a restart starts over.
+        target.clearSync()
+        this.mirror = target
+        this.moving = this.copyToJson(old, target)
+      }
+    }
     this.loadIndexes()
+  }
+
+  /**
+   * Copies c: into j: in key order, a few milliseconds of work (at most WRITE_SLICE documents)
+   * per transaction, yielding between slices. Writes meanwhile go to both (putDocument/removeDocument), so j: holds each document
+   * either not yet or exactly as c: does. The slice that finds nothing left also marks the move
+   * done in the store; once that is committed, reads switch to j: and c: is dropped.
+   */
+  private async copyToJson(old: Database<T, string>, target: Database<T, string>) {
+    const { env, meta } = this.store
+    let cursor: string | undefined
+    let copied = 0
+    try {
+      for (;;) {
+        if (this.store.closed) return
+        const slice = await env.transaction(() => {
+          const started = performance.now()
+          let n = 0
+          let last = cursor
+          let more = false
+          for (const { key, value } of old.getRange({ start: cursor })) {
+            if (key === cursor) continue // start is inclusive
+            // Wide documents take ~0.2 ms each to re-encode: a slice stops at a few ms of work.
+            if (n === WRITE_SLICE || (n > 0 && performance.now() - started > COPY_SLICE_MS)) {
+              more = true
+              break
+            }
+            target.putSync(key, value)
+            last = key
+            n++
+          }
+          if (!more) meta.putSync(movedKey(this.name), true)
+          return { n, last, more }
+        })
+        copied += slice.n
+        cursor = slice.last
+        if (!slice.more) break
+        await new Promise(resolve => setImmediate(resolve))
+      }
+      this.docs = target
+      this.mirror = undefined
+      this.store.logger?.info('store: documents moved to JSON', { collection: this.name, documents: copied })
+      await this.emptyOld(old)
+    } catch (error) {
+      // Bounded: the collection keeps working on c: (writes still mirrored); the next start tries again.
+      this.store.logger?.error('store: moving documents to JSON failed; reading MessagePack until the next start', { collection: this.name, error })
+    } finally {
+      this.moving = undefined
+    }
+  }
+
+  /**
+   * Removes the c: documents once reads are on j:, a slice at a time like the copy, then drops the
+   * empty database. Dropping it full would free all its pages in one transaction, and LMDB would
+   * then rewrite that free list on every later commit until it is used up (see "Transactions
+   * stay small" above).
+   */
+  private async emptyOld(old: Database<T, string>) {
+    const { env } = this.store
+    for (;;) {
+      if (this.store.closed) return
+      const more = await env.transaction(() => {
+        const started = performance.now()
+        const keys = [...old.getKeys({ limit: WRITE_SLICE })]
+        for (const key of keys) {
+          if (performance.now() - started > COPY_SLICE_MS) return true
+          old.removeSync(key)
+        }
+        if (keys.length === WRITE_SLICE) return true
+        old.dropSync()
+        return false
+      })
+      if (!more) return
+      await new Promise(resolve => setImmediate(resolve))
+    }
+  }
+
+  /** A document and, while a copy to JSON runs, its copy. */
+  private putDocument(doc: T) {
+    this.docs.putSync(doc._id, doc)
+    this.mirror?.putSync(doc._id, doc)
+  }
+
+  private removeDocument(id: string) {
+    this.docs.removeSync(id)
+    this.mirror?.removeSync(id)
   }
 
   /** The indexes declared for this collection (by any process sharing the environment). */
@@ -304,12 +423,12 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       for (const key of keys) if (!old.has(partId(key))) index.db.putSync([...key, doc._id], EMPTY)
       if (multi && !index.multikey) this.markMultikey(index)
     })
-    this.docs.putSync(doc._id, doc)
+    this.putDocument(doc)
   }
 
   private removeDoc(doc: T) {
     for (const { index, keys } of this.entriesOf(doc)) for (const key of keys) index.db.removeSync([...key, doc._id])
-    this.docs.removeSync(doc._id)
+    this.removeDocument(doc._id)
   }
 
   private markMultikey(index: LiveIndex) {
@@ -331,7 +450,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     // Only the indexes on a path the update writes, and whose values it changed, get new entries:
     // the others keep theirs (no key encoding, no unique check, no diff). Most updates need none.
     const touched = this.indexesTouchedBy(update).filter(index => !sameIndexedValues(doc, next, index.fields))
-    if (touched.length === 0) this.docs.putSync(next._id, next)
+    if (touched.length === 0) this.putDocument(next)
     else this.putDoc(next, doc, touched)
     return true
   }
@@ -606,13 +725,16 @@ export class LmdbStore implements Store {
   private readonly ttl: { slice: number; slices: number }
   private readonly sweeper?: NodeJS.Timeout
   private sweeping?: Promise<unknown>
-  private closed = false
+  /** Set when close() starts: background work stops at its next step. */
+  closed = false
 
   readonly sharedPath: string
+  readonly logger?: Logger
 
   constructor(options: LmdbStoreOptions) {
     mkdirSync(options.path, { recursive: true })
     this.sharedPath = options.path
+    this.logger = options.logger
     this.clock = options.clock ?? systemClock
     this.ttl = { slice: options.ttlSlice ?? 500, slices: options.ttlSlicesPerSweep ?? 8 }
     this.env = open({
@@ -630,14 +752,16 @@ export class LmdbStore implements Store {
     }
   }
 
-  collection<T extends Doc = Doc>(name: string): Collection<T> {
-    return this.open<T>(name)
+  collection<T extends Doc = Doc>(name: string, options: CollectionOptions = {}): Collection<T> {
+    const collection = this.open<T>(name, options)
+    if (collection.json !== !!options.json) throw new Error(`collection ${name} is opened both as JSON and as MessagePack`)
+    return collection
   }
 
-  private open<T extends Doc>(name: string): LmdbCollection<T> {
+  private open<T extends Doc>(name: string, options: CollectionOptions = {}): LmdbCollection<T> {
     let collection = this.collections.get(name)
     if (!collection) {
-      collection = new LmdbCollection<T>(name, this)
+      collection = new LmdbCollection<T>(name, this, !!options.json)
       this.collections.set(name, collection)
     }
     return collection
@@ -646,6 +770,11 @@ export class LmdbStore implements Store {
   async ensureIndexes(name: string, indexes: IndexSpec[]) {
     const collection = this.open(name)
     for (const spec of indexes) await collection.addIndex(spec)
+  }
+
+  /** Resolves once no collection is still moving its documents to JSON (tests, tools). */
+  async moved() {
+    for (const collection of this.collections.values()) await collection.moving
   }
 
   /** One TTL pass over every collection with a TTL index; answers how many documents expired. */
@@ -687,6 +816,7 @@ export class LmdbStore implements Store {
     this.closed = true
     clearInterval(this.sweeper)
     await this.sweeping?.catch(() => undefined)
+    for (const collection of this.collections.values()) await collection.moving
     await this.env.close()
   }
 }

@@ -206,6 +206,52 @@ t.test('a bulk write, updateMany and deleteMany past one slice commit in slices:
   t.equal(await contacts.countDocuments({}), N + more.length - 1 - rankZero, 'only the matching documents deleted')
 })
 
+t.test('a collection kept as JSON: documents written as MessagePack are copied over in the background; reads and writes meanwhile lose nothing', async t => {
+  const path = tempDir(t)
+  const INDEXES = [{ name: 'crew_slot', key: { crew: 1, slot: 1 } }]
+  const wide = (i: number) => ({ _id: `b${String(i).padStart(5, '0')}`, crew: `crew-${i % 3}`, slot: i, e: { [`h_${i % 17}`]: i, n: 1 } })
+  const N = WRITE_SLICE * 4 + 7
+  const before = new LmdbStore({ path, sweepIntervalMs: 0 })
+  await before.ensureIndexes('blocks', INDEXES)
+  await before.collection('blocks').insertMany(Array.from({ length: N }, (_, i) => wide(i)))
+  await before.close()
+
+  // A restart in the middle of the copy: the next start copies again from the top.
+  const cut = new LmdbStore({ path, sweepIntervalMs: 0 })
+  cut.collection('blocks', { json: true })
+  await new Promise(resolve => setImmediate(resolve))
+  await cut.close()
+
+  const logged: unknown[] = []
+  const logger = { info: (...args: unknown[]) => logged.push(args), debug() {}, warn() {}, error: (...args: unknown[]) => logged.push(args), child: () => logger } as any
+  const after = new LmdbStore({ path, sweepIntervalMs: 0, logger })
+  t.teardown(() => after.close())
+  const blocks = after.collection('blocks', { json: true })
+  await after.ensureIndexes('blocks', INDEXES)
+  // While the copy runs: every document readable, and writes (new, changed, removed) kept.
+  t.equal(await blocks.countDocuments({}), N, 'every document readable while the copy runs')
+  await blocks.insertOne(wide(N))
+  await blocks.updateOne({ _id: 'b00003' }, { $inc: { 'e.n': 5 } })
+  await blocks.deleteOne({ _id: 'b01000' })
+  await after.moved()
+  t.same(logged, [['store: documents moved to JSON', { collection: 'blocks', documents: N }]], 'the move is told once, with its count')
+  const expected = Array.from({ length: N + 1 }, (_, i) => wide(i)).filter(d => d._id !== 'b01000')
+  expected[3]!.e.n = 6
+  t.same(await blocks.find({}, { sort: { _id: 1 } }), expected, 'moved: every document as last written, nested values round-trip')
+  t.same((await blocks.find({ crew: 'crew-1', slot: { $gte: 900 } }, { sort: { slot: 1 } })).map(d => d.slot), expected.filter(d => d.crew === 'crew-1' && d.slot >= 900).map(d => d.slot), 'the index still finds them')
+  await blocks.updateOne({ _id: 'b00100' }, { $inc: { 'e.h_15': 1, 'e.n': 2 } })
+  t.same((await blocks.findOne({ _id: 'b00100' }))?.e, { h_15: 101, n: 3 }, 'updates after the move')
+  t.throws(() => after.collection('blocks'), /both as JSON and as MessagePack/, 'one collection is never opened both ways')
+  t.equal(after.env.openDB({ name: 'c:blocks', create: false } as { name: string }), undefined, 'the MessagePack database is gone')
+  await after.close()
+
+  const again = new LmdbStore({ path, sweepIntervalMs: 0, logger })
+  t.teardown(() => again.close())
+  t.equal(await again.collection('blocks', { json: true }).countDocuments({}), N, 'reopened: all there')
+  await again.moved()
+  t.equal(logged.length, 1, 'nothing left to move the second time')
+})
+
 t.test('a kill -9 while writing loses nothing that was acknowledged and leaves indexes whole', async t => {
   const path = tempDir(t)
   const storeModule = join(buildService(), 'platform', 'store', 'lmdb-store.js')

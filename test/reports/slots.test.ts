@@ -7,15 +7,19 @@
 // migrated in slices.
 import t from 'tap'
 import fc from 'fast-check'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { MemoryStore } from '../../platform/store/memory-store.js'
 import { MongoStore } from '../../platform/store/mongo-store.js'
+import { LmdbStore } from '../../platform/store/lmdb-store.js'
 import type { Store } from '../../platform/store/index.js'
 import { SESSION_RECORDS, SessionRecorder, type SessionRecordDoc, type SessionStatus } from '../../reports/index.js'
 import { parseDefinitions } from '../../reports/definitions.js'
 import { executeReport, type ReportSources } from '../../reports/execute-report.js'
 import { CompiledReport } from '../../reports/metrics.js'
 import { sessionsDetail, type DetailSources } from '../../reports/sessions-detail.js'
-import { SLOT_COUNTS, SLOT_STATS } from '../../reports/slots.js'
+import { SLOT_COUNTS, SLOT_STATS, SLOT_STATS_OPTIONS } from '../../reports/slots.js'
 import { SlotMigration } from '../../reports/slot-migration.js'
 import { createLogger } from '../../platform/logger.js'
 import type { Grouping } from '../../reports/time-buckets.js'
@@ -119,7 +123,7 @@ function sourcesOf(store: Store, ready: boolean): ReportSources & DetailSources 
   return {
     records: store.collection(SESSION_RECORDS),
     counts: store.collection(SLOT_COUNTS),
-    stats: store.collection(SLOT_STATS),
+    stats: store.collection(SLOT_STATS, SLOT_STATS_OPTIONS),
     slotsReady: () => ready,
   }
 }
@@ -258,10 +262,14 @@ t.test('sessions-detail still answers when a block lost an update (a crash betwe
 })
 
 t.test('records written before the blocks are migrated at start, in slices', async t => {
-  for (const kind of ['memory', 'mongo'] as const) {
+  for (const kind of ['memory', 'lmdb', 'mongo'] as const) {
     t.test(kind, async t => {
-      const store = kind === 'memory' ? new MemoryStore() : await MongoStore.connect(await mongoUrlFor(t))
-      t.teardown(() => store.close())
+      const dir = kind === 'lmdb' ? mkdtempSync(join(tmpdir(), 'sb-slots-')) : null
+      const store = kind === 'memory' ? new MemoryStore() : dir ? new LmdbStore({ path: dir, sweepIntervalMs: 0 }) : await MongoStore.connect(await mongoUrlFor(t))
+      t.teardown(async () => {
+        await store.close()
+        if (dir) rmSync(dir, { recursive: true, force: true })
+      })
       const recorder = new SessionRecorder(store)
       await recorder.ensureIndexes()
       const start = Date.parse('2026-06-01T00:00:00Z')
