@@ -16,6 +16,9 @@
 //
 //   node --import @tapjs/typescript/import bench/reports/run.ts
 // Env: BENCH_N (1000000), BENCH_MONGO_N (20000), BENCH_ITERATIONS (20), BENCH_SKIP_MONGO=1.
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { MongoClient } from 'mongodb'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'
@@ -141,7 +144,9 @@ type Run = {
 }
 
 async function benchStore(label: string, n: number, mongoUrl: string | undefined, bare: (service: RunningService) => Promise<Run & { close(): Promise<void> }>) {
-  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', API_KEYS: `${KEY}=acme:reports`, LOG_LEVEL: 'silent', ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}) })
+  // A fresh DATA_DIR each run: records left by an earlier run would be skipped as duplicates.
+  const dataDir = mkdtempSync(join(tmpdir(), 'sb-bench-reports-'))
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', API_KEYS: `${KEY}=acme:reports`, LOG_LEVEL: 'silent', DATA_DIR: dataDir, ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}) })
   const service: RunningService = await startService(config, { logger: createLogger('silent') })
   const base = `http://127.0.0.1:${service.port}`
   try {
@@ -210,6 +215,7 @@ async function benchStore(label: string, n: number, mongoUrl: string | undefined
     await direct.close()
   } finally {
     await service.close()
+    rmSync(dataDir, { recursive: true, force: true })
   }
 }
 
