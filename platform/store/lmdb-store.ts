@@ -123,11 +123,10 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       if (!old || store.meta.get(movedKey(name))) {
         this.docs = target
         // Moved before, but a restart came before the old copy was all removed: go on removing it.
-        if (old) this.moving = this.emptyOld(old).catch(error => this.store.logger?.error('store: removing the MessagePack copy failed; the next start goes on', { collection: this.name, error }))
+        if (old) this.moving = this.empty(old, true).catch(error => this.store.logger?.error('store: removing the MessagePack copy failed; the next start goes on', { collection: this.name, error }))
       } else {
         // Documents written before the collection was kept as JSON: copied in the background
         // (reads stay on c: meanwhile, complete). A copy cut short by a restart starts over.
-        target.clearSync()
         this.mirror = target
         this.moving = this.copyToJson(old, target)
       }
@@ -146,6 +145,9 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     let cursor: string | undefined
     let copied = 0
     try {
+      // What an earlier, unfinished copy left is removed first (slices: see empty()). A write
+      // meanwhile lands in both and may be removed here again: the copy brings it back from c:.
+      await this.empty(target, false)
       for (;;) {
         if (this.store.closed) return
         const slice = await env.transaction(() => {
@@ -175,7 +177,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       this.docs = target
       this.mirror = undefined
       this.store.logger?.info('store: documents moved to JSON', { collection: this.name, documents: copied })
-      await this.emptyOld(old)
+      await this.empty(old, true)
     } catch (error) {
       // Bounded: the collection keeps working on c: (writes still mirrored); the next start tries again.
       this.store.logger?.error('store: moving documents to JSON failed; reading MessagePack until the next start', { collection: this.name, error })
@@ -185,24 +187,24 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   }
 
   /**
-   * Removes the c: documents once reads are on j:, a slice at a time like the copy, then drops the
-   * empty database. Dropping it full would free all its pages in one transaction, and LMDB would
-   * then rewrite that free list on every later commit until it is used up (see "Transactions
-   * stay small" above).
+   * Removes every entry of `db` a slice at a time like the copy, then (`drop`) the database
+   * itself. Dropping or clearing it full would free all its pages in one transaction, and LMDB
+   * would then rewrite that free list on every later commit until it is used up (see
+   * "Transactions stay small" above).
    */
-  private async emptyOld(old: Database<T, string>) {
+  private async empty(db: Database<T, string>, drop: boolean) {
     const { env } = this.store
     for (;;) {
       if (this.store.closed) return
       const more = await env.transaction(() => {
         const started = performance.now()
-        const keys = [...old.getKeys({ limit: WRITE_SLICE })]
+        const keys = [...db.getKeys({ limit: WRITE_SLICE })]
         for (const key of keys) {
           if (performance.now() - started > COPY_SLICE_MS) return true
-          old.removeSync(key)
+          db.removeSync(key)
         }
         if (keys.length === WRITE_SLICE) return true
-        old.dropSync()
+        if (drop) db.dropSync()
         return false
       })
       if (!more) return
