@@ -240,12 +240,13 @@ t.test('a collection kept as JSON: documents written as MessagePack are copied o
   t.same(logged, [['store: documents moved to JSON', { collection: 'blocks', documents: N }]], 'the move is told once, with its count')
   const expected = Array.from({ length: N + 1 }, (_, i) => wide(i)).filter(d => d._id !== 'b01000')
   expected[3]!.e.n = 6
+  t.equal((await blocks.find({ crew: 'crew-2', slot: { $gte: 0 } })).length, expected.filter(d => d.crew === 'crew-2').length, 'the first read after the move finds them (by index)')
   t.same(await blocks.find({}, { sort: { _id: 1 } }), expected, 'moved: every document as last written, nested values round-trip')
   t.same((await blocks.find({ crew: 'crew-1', slot: { $gte: 900 } }, { sort: { slot: 1 } })).map(d => d.slot), expected.filter(d => d.crew === 'crew-1' && d.slot >= 900).map(d => d.slot), 'the index still finds them')
   await blocks.updateOne({ _id: 'b00100' }, { $inc: { 'e.h_15': 1, 'e.n': 2 } })
   t.same((await blocks.findOne({ _id: 'b00100' }))?.e, { h_15: 101, n: 3 }, 'updates after the move')
   t.throws(() => after.collection('blocks'), /both as JSON and as MessagePack/, 'one collection is never opened both ways')
-  t.equal(after.env.openDB({ name: 'c:blocks', create: false } as { name: string }), undefined, 'the MessagePack database is gone')
+  t.equal(after.env.openDB<unknown, string>({ name: 'c:blocks', create: false } as { name: string }).getCount(), 0, 'the MessagePack copy is removed')
   await after.close()
 
   const again = new LmdbStore({ path, sweepIntervalMs: 0, logger })
