@@ -7,7 +7,7 @@
 //   c:<collection>          documents by _id (MessagePack: Dates, numbers and nesting round-trip)
 //   j:<collection>          the same as JSON text, for a collection opened with { json: true }
 //                           (its documents hold no Date); documents a c: database of the same
-//                           name still holds are moved over when the collection is opened
+//                           name still holds are copied over in the background when it is opened
 //   i:<collection>:<index>  one entry per (indexed values, _id), see index-keys.ts; no value
 //   m:indexes               declared indexes per collection (and whether they went multikey)
 // Queries read an index in key order (planner.ts) and stop at their limit; documents are read
@@ -115,7 +115,8 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   indexes: LiveIndex[] = []
 
   constructor(readonly name: string, private readonly store: LmdbStore, readonly json: boolean) {
-    this.docs = store.env.openDB<T, string>({ name: `c:${name}` , create: !json } as { name: string })
+    // A JSON collection only looks for a c: database left from before; it never creates one.
+    this.docs = store.env.openDB<T, string>({ name: `c:${name}`, create: !json } as { name: string })
     if (json) {
       const target = store.env.openDB<T, string>({ name: `j:${name}`, encoding: 'json' })
       // lmdb-js answers undefined for a database that does not exist when asked not to create it.
@@ -123,7 +124,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       if (!old || store.meta.get(movedKey(name))) {
         this.docs = target
         // Moved before; what a restart cut short of removing the old copy is removed now.
-        if (old) this.moving = this.empty(old).catch(error => this.store.logger?.error('store: removing the MessagePack copy failed; the next start goes on', { collection: this.name, error }))
+        if (old && old.getCount() > 0) this.moving = this.empty(old).catch(error => this.store.logger?.error('store: removing the MessagePack copy failed; the next start goes on', { collection: this.name, error }))
       } else {
         // Documents written before the collection was kept as JSON: copied in the background
         // (reads stay on c: meanwhile, complete). A copy cut short by a restart starts over.
@@ -136,44 +137,32 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   /**
    * Copies c: into j: in key order, a few milliseconds of work (at most WRITE_SLICE documents)
-   * per transaction, yielding between slices. Writes meanwhile go to both (putDocument/removeDocument), so j: holds each document
-   * either not yet or exactly as c: does. The slice that finds nothing left also marks the move
-   * done in the store; once that is committed, reads switch to j: and c: is dropped.
+   * per transaction. Writes meanwhile go to both (putDocument/removeDocument), so j: holds each
+   * document either not yet or exactly as c: does. The slice that finds nothing left also marks
+   * the move done in the store; once that is committed, reads switch to j: and c: is emptied.
    */
   private async copyToJson(old: Database<T, string>, target: Database<T, string>) {
-    const { env, meta } = this.store
     let cursor: string | undefined
     let copied = 0
     try {
-      // What an earlier, unfinished copy left is removed first (slices: see empty()). A write
-      // meanwhile lands in both and may be removed here again: the copy brings it back from c:.
+      // What an earlier, unfinished copy left is removed first. A write meanwhile lands in both
+      // and may be removed here again: the copy brings it back from c:.
       await this.empty(target)
-      for (;;) {
-        if (this.store.closed) return
-        const slice = await env.transaction(() => {
-          const started = performance.now()
-          let n = 0
-          let last = cursor
-          let more = false
-          for (const { key, value } of old.getRange({ start: cursor })) {
-            if (key === cursor) continue // start is inclusive
-            // Wide documents take ~0.2 ms each to re-encode: a slice stops at a few ms of work.
-            if (n === WRITE_SLICE || (n > 0 && performance.now() - started > COPY_SLICE_MS)) {
-              more = true
-              break
-            }
-            target.putSync(key, value)
-            last = key
-            n++
-          }
-          if (!more) meta.putSync(movedKey(this.name), true)
-          return { n, last, more }
-        })
-        copied += slice.n
-        cursor = slice.last
-        if (!slice.more) break
-        await new Promise(resolve => setImmediate(resolve))
-      }
+      const done = await this.inSlices(started => {
+        let n = 0
+        for (const { key, value } of old.getRange({ start: cursor })) {
+          if (key === cursor) continue // start is inclusive
+          // Wide documents take ~0.2 ms each to re-encode: a slice stops at a few ms of work.
+          if (n === WRITE_SLICE || (n > 0 && performance.now() - started > COPY_SLICE_MS)) return true
+          target.putSync(key, value)
+          cursor = key
+          n++
+          copied++
+        }
+        this.store.meta.putSync(movedKey(this.name), true)
+        return false
+      })
+      if (!done) return
       this.docs = target
       this.mirror = undefined
       this.store.logger?.info('store: documents moved to JSON', { collection: this.name, documents: copied })
@@ -194,19 +183,26 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
    * nothing (seen live: a report of 5 sessions answered 0 until the next start).
    */
   private async empty(db: Database<T, string>) {
-    const { env } = this.store
+    await this.inSlices(started => {
+      const keys = [...db.getKeys({ limit: WRITE_SLICE })]
+      for (const [i, key] of keys.entries()) {
+        if (i > 0 && performance.now() - started > COPY_SLICE_MS) return true // each slice makes progress
+        db.removeSync(key)
+      }
+      return keys.length === WRITE_SLICE
+    })
+  }
+
+  /**
+   * Background work on the loop that serves requests: `slice` runs in a write transaction of its
+   * own (given the time it started) until it answers that nothing is left, yielding between
+   * slices. Resolves true when done, false when the store closed first.
+   */
+  private async inSlices(slice: (started: number) => boolean): Promise<boolean> {
     for (;;) {
-      if (this.store.closed) return
-      const more = await env.transaction(() => {
-        const started = performance.now()
-        const keys = [...db.getKeys({ limit: WRITE_SLICE })]
-        for (const key of keys) {
-          if (performance.now() - started > COPY_SLICE_MS) return true
-          db.removeSync(key)
-        }
-        return keys.length === WRITE_SLICE
-      })
-      if (!more) return
+      if (this.store.closed) return false
+      const more = await this.store.env.transaction(() => slice(performance.now()))
+      if (!more) return true
       await new Promise(resolve => setImmediate(resolve))
     }
   }
@@ -817,7 +813,7 @@ export class LmdbStore implements Store {
     this.closed = true
     clearInterval(this.sweeper)
     await this.sweeping?.catch(() => undefined)
-    for (const collection of this.collections.values()) await collection.moving
+    await this.moved()
     await this.env.close()
   }
 }
