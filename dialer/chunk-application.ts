@@ -36,9 +36,22 @@ export interface ChunkMessage {
   accountId: string
   batchId: string
   index: number
-  contacts: QueuedContact[]
+  /**
+   * The chunk's QueuedContact[] as JSON text, encoded once where the load was validated
+   * (dialer/load-chunks.ts): the loop and the queue pass it on without reading it. Messages
+   * stored by earlier versions carry the array itself; chunkContacts reads both.
+   */
+  contacts: string | QueuedContact[]
   /** Rows already rejected by validation (CSV import); counted as invalid. */
   rejected: OperationError[]
+}
+
+/** A chunk with its contacts decoded. */
+type DecodedChunk = Omit<ChunkMessage, 'contacts'> & { contacts: QueuedContact[] }
+
+/** A chunk's contacts, decoded. */
+export function chunkContacts(message: ChunkMessage): QueuedContact[] {
+  return typeof message.contacts === 'string' ? (JSON.parse(message.contacts) as QueuedContact[]) : message.contacts
 }
 
 type Decision =
@@ -113,9 +126,10 @@ export class ChunkApplication {
     const op = await this.operations.findById(message.operationId)
     if (!op || op.kind !== 'contacts.load') return false // expired or unknown: nothing left to report to
     if (!op.countedChunks.includes(message.index)) {
+      const chunk: DecodedChunk = { ...message, contacts: chunkContacts(message) }
       const batch = await this.batches.docs.findOne({ _id: message.batchId })
-      const plan = await this.planOnce(message, batch, op)
-      if (batch && !['deleting', 'deleted'].includes(batch.status)) await this.apply(message, plan)
+      const plan = await this.planOnce(chunk, batch, op)
+      if (batch && !['deleting', 'deleted'].includes(batch.status)) await this.apply(chunk, plan)
       await yieldToLoop()
       await this.operations.countChunk(op._id, message.index, plan.counts, plan.errors)
     }
@@ -123,7 +137,7 @@ export class ChunkApplication {
     return this.tryFinish(op._id)
   }
 
-  private async planOnce(message: ChunkMessage, batch: BatchDoc | null, op: LoadOperationDoc): Promise<ChunkPlanDoc> {
+  private async planOnce(message: DecodedChunk, batch: BatchDoc | null, op: LoadOperationDoc): Promise<ChunkPlanDoc> {
     const _id = `${message.operationId}:${message.index}`
     const stored = await this.plans.findOne({ _id })
     if (stored) return stored
@@ -137,7 +151,7 @@ export class ChunkApplication {
     }
   }
 
-  private async plan(message: ChunkMessage, batch: BatchDoc | null, expiresAt: Date): Promise<Omit<ChunkPlanDoc, '_id'>> {
+  private async plan(message: DecodedChunk, batch: BatchDoc | null, expiresAt: Date): Promise<Omit<ChunkPlanDoc, '_id'>> {
     const counts = emptyCounts()
     const errors: OperationError[] = [...message.rejected]
     counts.invalidCount += message.rejected.length
@@ -174,7 +188,7 @@ export class ChunkApplication {
     return { plannedAt, decisions, counts, errors, expiresAt }
   }
 
-  private async apply(message: ChunkMessage, plan: ChunkPlanDoc) {
+  private async apply(message: DecodedChunk, plan: ChunkPlanDoc) {
     const at = plan.plannedAt
     // New contacts are plain inserts under the plan's ids, apart from the rest: an insert is
     // always an identifier's first occurrence in the chunk, so inserting them first keeps every

@@ -2,6 +2,7 @@
 // applies chunks with the same ChunkApplication the loop would run, over repositories whose
 // clock reads the time the chunk was posted with.
 import { parentPort } from 'node:worker_threads'
+import { lowerThreadPriority } from '../platform/background.js'
 import { LmdbStore } from '../platform/store/lmdb-store.js'
 import { ActiveContacts } from './active-contacts.js'
 import { BatchLog } from './batch-log.js'
@@ -9,6 +10,9 @@ import { Batches } from './batches.js'
 import { ChunkApplication } from './chunk-application.js'
 import type { ChunkAnswer, ChunkRequest } from './chunk-thread.js'
 import { Operations } from './operations.js'
+
+// Background work: on a busy machine the kernel runs the event loop's thread first.
+lowerThreadPriority()
 
 const stores = new Map<string, LmdbStore>()
 

@@ -1,24 +1,25 @@
-// The worker thread of dialer/contact-validation.ts: parses and validates a contact-load body
-// with the same parseContactsBody the loop would use, and answers only the verdict.
+// The worker thread of dialer/contact-validation.ts: checks and chunks a contact-load body with
+// the same loadFromBody the loop would use, and answers the chunks or the ApiError to send.
 import { parentPort } from 'node:worker_threads'
+import { lowerThreadPriority } from '../platform/background.js'
 import { ApiError } from '../gateway/errors.js'
-import { parseContactsBody } from './contact-input.js'
+import { loadFromBody } from './load-chunks.js'
+import type { ValidationAnswer, ValidationRequest } from './contact-validation.js'
 
-parentPort!.on('message', ({ id, body, now }: { id: number; body: Uint8Array; now: number }) => {
-  let parsed: unknown
+// Background work: on a busy machine the kernel runs the event loop's thread first.
+lowerThreadPriority()
+
+const answer = (message: ValidationAnswer) => parentPort!.postMessage(message)
+
+parentPort!.on('message', ({ id, body, rules }: ValidationRequest) => {
   try {
-    parsed = JSON.parse(Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8'))
-  } catch {
-    return parentPort!.postMessage({ id, unparsable: true })
-  }
-  try {
-    parseContactsBody(parsed, now)
-    parentPort!.postMessage({ id, ok: true })
+    answer({ id, load: loadFromBody(Buffer.from(body.buffer, body.byteOffset, body.byteLength), rules) })
   } catch (error) {
     if (error instanceof ApiError) {
-      parentPort!.postMessage({ id, error: { status: error.status, code: error.code, message: error.message, extra: error.extra, headers: error.headers } })
+      answer({ id, error: { status: error.status, code: error.code, message: error.message, extra: error.extra, headers: error.headers } })
     } else {
-      parentPort!.postMessage({ id, failed: (error as Error)?.message ?? String(error) })
+      // Not the body's fault (a stack overflow on a pathological body, a bug): the loop retries inline.
+      answer({ id, failed: (error as Error)?.message ?? String(error) })
     }
   }
 })

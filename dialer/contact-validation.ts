@@ -1,18 +1,24 @@
-// Validation of contact loads off the event loop. A body of up to 1000 contacts takes tens of
-// milliseconds to parse and check (JSON Schema, phone and date rules); on the loop that serves
-// live sessions it would hold every stream for as long. Large bodies go to a worker thread that
-// runs the very same parseContactsBody and answers only "valid" or the ApiError to send, so the
-// 400 is the same byte for byte; the loop then parses the body once (a valid body is needed on
-// this thread anyway). Small bodies, or no worker (DIALER_VALIDATION_THREADS=0, or the worker
-// failed), are validated inline.
+// Contact loads checked and chunked off the event loop. A body of up to 1000 contacts costs
+// milliseconds to parse, check (JSON Schema, phone and date rules), copy into queued contacts
+// and encode, and leaves thousands of objects for the collector; on the loop that serves live
+// sessions that holds every stream. Large bodies go to a worker thread that runs the very same
+// loadFromBody (dialer/load-chunks.ts) and answers the ApiError to send (the 400 is the same
+// byte for byte) or the load's chunks as JSON text, which the loop queues without reading.
+// Small bodies, or no worker (DIALER_VALIDATION_THREADS=0, or the worker failed), are handled
+// inline by the same function.
 import { Worker } from 'node:worker_threads'
 import { ApiError } from '../gateway/errors.js'
-import { contactsOf, parseContactsBody, type ContactInput } from './contact-input.js'
+import { loadFromBody, type LoadRules, type PreparedLoad } from './load-chunks.js'
 
 /** Bodies below this are validated inline (a round trip to the worker costs more). */
 const INLINE_BYTES = 16 * 1024
 
-type Answer = { id: number; ok: true } | { id: number; error: { status: number; code: string; message: string; extra: Record<string, unknown>; headers: Record<string, string> } } | { id: number; unparsable: true } | { id: number; failed: string }
+export type ValidationRequest = { id: number; body: Uint8Array; rules: LoadRules }
+export type ValidationAnswer =
+  | { id: number; load: PreparedLoad }
+  | { id: number; error: { status: number; code: string; message: string; extra: Record<string, unknown>; headers: Record<string, string> } }
+  | { id: number; failed: string }
+type Answer = ValidationAnswer
 
 class ValidationWorker {
   private readonly worker: Worker
@@ -46,12 +52,12 @@ class ValidationWorker {
   }
 
   /** The worker's verdict, or null when it is gone (the caller validates inline). */
-  check(body: Buffer, now: number): Promise<Answer | null> {
+  check(body: Buffer, rules: LoadRules): Promise<Answer | null> {
     const id = this.next++
     return new Promise(resolve => {
       this.jobs.set(id, resolve)
       this.worker.ref() // a job in progress does
-      this.worker.postMessage({ id, body, now })
+      this.worker.postMessage({ id, body, rules } satisfies ValidationRequest)
     })
   }
 
@@ -82,20 +88,20 @@ class ValidationPool {
     return this.workers.reduce<ValidationWorker | null>((best, w) => (!best || w.load < best.load ? w : best), null)
   }
 
-  async validate(body: Buffer, parse: () => unknown, now: number): Promise<ContactInput[]> {
+  async validate(body: Buffer, rules: LoadRules): Promise<PreparedLoad> {
     const worker = body.length >= INLINE_BYTES ? this.pick() : null
-    const answer = worker ? await worker.check(body, now) : null
-    if (!answer || 'failed' in answer || 'unparsable' in answer) {
-      // Inline: no worker, a worker gone or failing, or a body that is not JSON (parse() answers the usual 400).
+    const answer = worker ? await worker.check(body, rules) : null
+    if (!answer || 'failed' in answer) {
+      // Inline: no worker, or a worker gone or failing (the same function answers the same errors).
       validationCounts.inline++
-      return parseContactsBody(parse(), now)
+      return loadFromBody(body, rules)
     }
     validationCounts.offLoop++
     if ('error' in answer) {
       const { status, code, message, extra, headers } = answer.error
       throw new ApiError(status, code, message, extra, headers)
     }
-    return contactsOf(parse())
+    return answer.load
   }
 
   close() {
@@ -110,15 +116,15 @@ const pools = new Map<number, ValidationPool>()
 export const validationCounts = { offLoop: 0, inline: 0 }
 
 /**
- * The contacts of a load body, validated exactly as parseContactsBody does (same ApiErrors), off
- * the event loop when the body is large. `parse`: the request's JSON parser (ctx.json).
+ * A load body checked and chunked as loadFromBody does (same ApiErrors), off the event loop
+ * when the body is large.
  */
-export function validateContacts(body: Buffer, parse: () => unknown, now: number, threads: number): Promise<ContactInput[]> {
+export function validateLoad(body: Buffer, rules: LoadRules, threads: number): Promise<PreparedLoad> {
   if (threads <= 0) {
     validationCounts.inline++
-    return Promise.resolve().then(() => parseContactsBody(parse(), now))
+    return Promise.resolve().then(() => loadFromBody(body, rules))
   }
   let pool = pools.get(threads)
   if (!pool) pools.set(threads, (pool = new ValidationPool(threads)))
-  return pool.validate(body, parse, now)
+  return pool.validate(body, rules)
 }

@@ -15,7 +15,8 @@ import { COLLECTIONS } from './collections.js'
 import { contactIssues, type ContactInput } from './contact-input.js'
 import type { Batches, BatchDoc } from './batches.js'
 import type { OperationError, Operations } from './operations.js'
-import { ContactLoads, type QueuedContact } from './loads.js'
+import type { ContactLoads, QueuedContact } from './loads.js'
+import { queuedContacts } from './load-chunks.js'
 import type { QueueWorker } from './queue-workers.js'
 
 export const IMPORT_QUEUE = 'dialer.csv.imports'
@@ -233,7 +234,7 @@ export class CsvImports {
     let rejected: OperationError[] = []
     const flush = async () => {
       if (contacts.length === 0 && rejected.length === 0) return
-      await this.loads.publishAll(op, [{ contacts, rejected }], chunkIndex++)
+      await this.loads.publishAll(op, [{ contacts: JSON.stringify(contacts), rejected }], chunkIndex++)
       contacts = []
       rejected = []
       const progress = size > 0 ? Math.min(99, Math.floor((parser.info.bytes / size) * 100)) : 99
@@ -263,7 +264,7 @@ export class CsvImports {
           }
           errorCount++
         } else {
-          contacts.push(...ContactLoads.queued([contact]))
+          contacts.push(...queuedContacts([contact]))
         }
         if (contacts.length + rejected.length >= chunkSize) await flush()
       }

@@ -7,15 +7,14 @@ import { yieldToLoop } from '../platform/background.js'
 import type { Principal } from '../gateway/auth.js'
 import type { Platform } from '../platform/index.js'
 import type { Delivery, WorkQueue } from '../platform/bus/index.js'
-import { newId } from '../platform/ids.js'
-import type { ContactInput } from './contact-input.js'
 import type { Batches } from './batches.js'
 import type { BatchLog } from './batch-log.js'
-import type { LoadOperationDoc, OperationError, Operations } from './operations.js'
+import type { LoadOperationDoc, Operations } from './operations.js'
 import type { QueueWorker } from './queue-workers.js'
 import { ActiveContacts } from './active-contacts.js'
-import { ChunkApplication, emptyCounts, type ChunkMessage, type QueuedContact } from './chunk-application.js'
+import { ChunkApplication, chunkContacts, emptyCounts, type ChunkMessage } from './chunk-application.js'
 import type { ChunkThread } from './chunk-thread.js'
+import type { PreparedLoad } from './load-chunks.js'
 
 export type { ChunkMessage, QueuedContact } from './chunk-application.js'
 
@@ -29,27 +28,6 @@ export interface LoadAck {
   contactsReceived: number
   chunksPublished: number
   message: string
-}
-
-/**
- * Splits contacts into chunks of at most `size`, keeping every occurrence of an identifier in
- * the chunk of its first occurrence, so duplicates inside one request are resolved in order
- * by one worker.
- */
-export function splitIntoChunks<T extends { identifier: string }>(contacts: T[], size: number): T[][] {
-  const chunkOf = new Map<string, number>()
-  const chunks: T[][] = []
-  for (const contact of contacts) {
-    const known = chunkOf.get(contact.identifier)
-    if (known !== undefined) {
-      chunks[known]!.push(contact)
-      continue
-    }
-    if (chunks.length === 0 || chunks[chunks.length - 1]!.length >= size) chunks.push([])
-    chunks[chunks.length - 1]!.push(contact)
-    chunkOf.set(contact.identifier, chunks.length - 1)
-  }
-  return chunks
 }
 
 export const operationPath = (operationId: string) => `/dialer/v1/batches/operations/${operationId}`
@@ -79,44 +57,36 @@ export class ContactLoads {
     }
   }
 
-  /** Fills in missing identifiers (generated ids cannot be related to the source record). */
-  static queued(contacts: ContactInput[]): QueuedContact[] {
-    return contacts.map(c => (c.identifier ? { ...c, identifier: c.identifier, identifierGenerated: false } : { ...c, identifier: newId(), identifierGenerated: true }))
-  }
-
-  async accept(principal: Principal, batchId: string, input: ContactInput[]): Promise<LoadAck> {
-    // A large load's steps on the loop (its body was parsed just before; the cap check reads the
-    // account's open loads; publishing encodes every contact) each take milliseconds: pending
-    // I/O (live sessions) runs between them instead of behind the whole request, and several
-    // loads arriving together interleave instead of running back to back.
+  /** Queues a validated load (dialer/load-chunks.ts): its contacts arrive as chunks of JSON text, never read here. */
+  async accept(principal: Principal, batchId: string, load: PreparedLoad): Promise<LoadAck> {
+    // The loop's steps (the cap check reads the account's open loads; the operation and the
+    // chunks are written) are given back between: pending I/O (live sessions) runs first.
     await yieldToLoop()
     const batch = await this.batches.getWritable(principal.accountId, batchId)
-    await this.checkCap(principal.accountId, input.length)
-    await yieldToLoop()
-    const chunks = splitIntoChunks(ContactLoads.queued(input), this.platform.config.dialer.chunkSize)
+    await this.checkCap(principal.accountId, load.count)
     const op = await this.operations.createLoad({
       accountId: principal.accountId,
       batchId: batch._id,
       type: 'contacts.insert',
-      requestedCount: input.length,
-      totalChunks: chunks.length,
+      requestedCount: load.count,
+      totalChunks: load.chunks.length,
       sealed: true,
       actor: { id: principal.keyId, name: principal.keyName },
     })
     await yieldToLoop()
-    await this.publishAll(op, chunks.map(contacts => ({ contacts, rejected: [] })))
+    await this.publishAll(op, load.chunks.map(contacts => ({ contacts, rejected: [] })))
     return {
       operationId: op._id,
       operationUrl: operationPath(op._id),
       status: 'queued',
-      contactsReceived: input.length,
-      chunksPublished: chunks.length,
+      contactsReceived: load.count,
+      chunksPublished: load.chunks.length,
       message: 'Contacts queued for processing',
     }
   }
 
   /** Publishes chunks; if the queue refuses, the operation fails rather than hanging. */
-  async publishAll(op: LoadOperationDoc, chunks: { contacts: QueuedContact[]; rejected: OperationError[] }[], firstIndex = 0) {
+  async publishAll(op: LoadOperationDoc, chunks: Pick<ChunkMessage, 'contacts' | 'rejected'>[], firstIndex = 0) {
     this.platform.metrics.operationsInFlight.inc({ kind: op.kind })
     try {
       // Side by side: the embedded queue commits them in one transaction (each keeps its index).
@@ -167,8 +137,9 @@ export class ContactLoads {
       this.platform.logger.error('contact chunk failed permanently', { operationId: message.operationId, index: message.index, error })
       this.platform.metrics.chunksProcessed.inc({ outcome: 'failed' })
       const reason = `PROCESSING_FAILED: ${(error as Error).message}`
-      const counts = { ...emptyCounts(), invalidCount: message.contacts.length + message.rejected.length }
-      await this.operations.countChunk(message.operationId, message.index, counts, message.contacts.map(c => ({ identifier: c.identifier, reason })))
+      const contacts = chunkContacts(message)
+      const counts = { ...emptyCounts(), invalidCount: contacts.length + message.rejected.length }
+      await this.operations.countChunk(message.operationId, message.index, counts, contacts.map(c => ({ identifier: c.identifier, reason })))
       await this.tryFinish(message.operationId)
     } finally {
       this.platform.metrics.queueDepth.set({ queue: LOAD_QUEUE }, this.queue.depth())

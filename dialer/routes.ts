@@ -4,7 +4,7 @@ import { enumParam, intParam } from '../gateway/query.js'
 import type { JsonRoute, RequestContext, Route } from '../gateway/routes.js'
 import { ADDRESS_TYPES, schemas } from '../schemas/index.js'
 import type { Platform } from '../platform/index.js'
-import { validateContacts } from './contact-validation.js'
+import { validateLoad } from './contact-validation.js'
 import { type Batches, type BatchDoc, batchView } from './batches.js'
 import type { BatchLifecycle } from './lifecycle.js'
 import type { BatchLog } from './batch-log.js'
@@ -210,9 +210,11 @@ export function dialerRoutes(s: DialerServices): Route[] {
       requestSchema: 'dialer.contacts.insert',
       responses: { '202': { description: 'Queued; poll the operation at Location', schema: 'dialer.insert.accepted' }, '400': { description: 'Invalid contacts or account cap exceeded' }, '404': { description: 'No such batch' } },
       handle: async ctx => {
-        // Validated off the event loop (a worker thread) when large: live sessions are not held.
-        const contacts = await validateContacts(ctx.body, () => ctx.json(), s.platform.clock.now(), s.platform.config.dialer.validationThreads)
-        return accepted(await s.loads.accept(ctx.principal, ctx.params.batchId!, contacts))
+        // Checked and chunked off the event loop (a worker thread) when large: live sessions are not held.
+        const { config } = s.platform
+        const rules = { now: s.platform.clock.now(), maxJsonDepth: config.edge.maxJsonDepth, chunkSize: config.dialer.chunkSize }
+        const load = await validateLoad(ctx.body, rules, config.dialer.validationThreads)
+        return accepted(await s.loads.accept(ctx.principal, ctx.params.batchId!, load))
       },
     }),
     batchListRoute(

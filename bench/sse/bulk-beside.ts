@@ -48,6 +48,8 @@ function http(port: number, key: string, method: string, path: string, body?: un
 }
 
 let serial = 0
+/** Whether the running load is still being acknowledged (its requests parsed, checked, queued). */
+let acking = false
 function contacts(n: number) {
   return Array.from({ length: n }, () => {
     const i = serial++
@@ -64,6 +66,7 @@ function contacts(n: number) {
 /** LOADS requests of CONTACTS contacts, IN_FLIGHT at once; resolves when every operation has succeeded. */
 async function bulkLoad(port: number, key: string, batchId: string) {
   const bodies = Array.from({ length: LOADS }, () => ({ contacts: contacts(CONTACTS) }))
+  acking = true
   const acks: number[] = []
   const operations: string[] = []
   let next = 0
@@ -81,6 +84,7 @@ async function bulkLoad(port: number, key: string, batchId: string) {
     }),
   )
   const ackSeconds = (performance.now() - t0) / 1000
+  acking = false
   const pending = new Set(operations)
   while (pending.size) {
     for (const id of [...pending]) {
@@ -133,7 +137,13 @@ try {
   let loading = true
   const both = bulkLoad(server.port, server.key, batchId).finally(() => (loading = false))
   const runs: Awaited<ReturnType<Load['openLoop']>>[] = []
-  while (loading) runs.push(await load.openLoop(RATE, 2))
+  // Which 1 s windows started while the load's requests were still being acknowledged: the
+  // replies are then also split by phase (requests on the loop, or chunks applied in the background).
+  const duringAcks: boolean[] = []
+  while (loading) {
+    duringAcks.push(acking)
+    runs.push(await load.openLoop(RATE, 1))
+  }
   const loadBeside = await both
   const bothLoop = (await server.stats()).loopDelayMs
   const merged = { sent: 0, skipped: 0, lost: 0, errors: 0, rtts: runs.flatMap(r => r.rtts).sort((a, b) => a - b) }
@@ -143,6 +153,12 @@ try {
     merged.errors += r.errors
   }
   const beside = sessionsPhase(merged, bothLoop)
+  const byPhase = (acks: boolean) => {
+    const rtts = runs.filter((_, i) => duringAcks[i] === acks).flatMap(r => r.rtts).sort((a, b) => a - b)
+    return { windows: duringAcks.filter(a => a === acks).length, replies: rtts.length, p50: percentile(rtts, 50), p99: percentile(rtts, 99), max: rtts.at(-1) ?? NaN }
+  }
+  const phases = { whileAcknowledging: byPhase(true), whileApplying: byPhase(false) }
+  for (const [name, p] of Object.entries(phases)) console.error(`     ${name}: ${p.windows} s, ${p.replies} replies, p50 ${p.p50.toFixed(2)} p99 ${p.p99.toFixed(2)} max ${p.max.toFixed(1)} ms`)
   console.error(`   sessions beside the load: p50 ${beside.p50.toFixed(2)} p99 ${beside.p99.toFixed(2)} max ${beside.max.toFixed(1)} ms, lost ${beside.lost}, errors ${beside.errors}, loop delay p99 ${beside.loopDelayP99.toFixed(1)} max ${beside.loopDelayMax.toFixed(1)} ms`)
   console.error(`   load beside the sessions: ack ${loadBeside.ackPerSecond.toFixed(0)}/s, end to end ${loadBeside.endToEndPerSecond.toFixed(0)}/s`)
 
@@ -158,7 +174,7 @@ try {
   )
   writeFileSync(
     new URL('./bulk-beside.json', import.meta.url),
-    JSON.stringify({ date: new Date().toISOString(), machine: machineInfo(), config: { SESSIONS, RATE, LOADS, CONTACTS, IN_FLIGHT, SOLO_SECONDS }, solo, loadAlone: { ...loadAlone, loop: loadAloneLoop }, beside, loadBeside, verdict, wallSeconds: (Date.now() - started) / 1000 }, null, 2) + '\n',
+    JSON.stringify({ date: new Date().toISOString(), machine: machineInfo(), config: { SESSIONS, RATE, LOADS, CONTACTS, IN_FLIGHT, SOLO_SECONDS }, solo, loadAlone: { ...loadAlone, loop: loadAloneLoop }, beside, besideByPhase: phases, loadBeside, verdict, wallSeconds: (Date.now() - started) / 1000 }, null, 2) + '\n',
   )
   load.close()
   for (const s of streams) s.socket.destroy()

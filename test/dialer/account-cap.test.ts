@@ -9,6 +9,7 @@ import { contact, createBatch, load, startBatch, startDialingService, stopBatch,
 import { ACCOUNT_COUNTERS, ActiveContacts } from '../../dialer/active-contacts.js'
 import { ACTIVE_CONTACT_STATES, COLLECTIONS } from '../../dialer/collections.js'
 import { ContactLoads, type ChunkMessage } from '../../dialer/loads.js'
+import { queuedContacts } from '../../dialer/load-chunks.js'
 import { Batches } from '../../dialer/batches.js'
 import { Operations } from '../../dialer/operations.js'
 import { BatchLog } from '../../dialer/batch-log.js'
@@ -88,7 +89,7 @@ for (const store of STORES) {
       const op = await operations.createLoad({ accountId: 'acme', batchId: batch._id, type: 'contacts.insert', requestedCount: 10, totalChunks: 2, sealed: true, actor: { id: 'system' } })
       const chunk = (index: number): ChunkMessage => ({
         operationId: op._id, accountId: 'acme', batchId: batch._id, index, rejected: [],
-        contacts: ContactLoads.queued(Array.from({ length: 5 }, (_, i) => contact(500 + index * 5 + i))),
+        contacts: JSON.stringify(queuedContacts(Array.from({ length: 5 }, (_, i) => contact(500 + index * 5 + i)))),
       })
       await t.rejects(loads.process(chunk(0)), /simulated crash/)
       t.same(await truth(s), { counted: 23, counter: 18 }, 'the crashed chunk is written, not counted yet')

@@ -13,6 +13,7 @@ import { Batches } from '../../dialer/batches.js'
 import { BatchLog } from '../../dialer/batch-log.js'
 import { ContactLoads, type ChunkMessage } from '../../dialer/loads.js'
 import { Operations } from '../../dialer/operations.js'
+import { chunkLoad } from '../../dialer/load-chunks.js'
 import { COLLECTIONS, INDEXES } from '../../dialer/collections.js'
 import type { Principal } from '../../gateway/auth.js'
 import { STORES, mongoUrlFor } from '../support/harness.js'
@@ -61,7 +62,7 @@ async function setup(t: { teardown(fn: () => unknown): void }, kind: 'memory' | 
   loads.queue.consume(async d => void captured.push(d.data), { concurrency: 1 })
   const batch = await batches.create({ accountId: 'acme', name: 'b', channel: 'phone', source: 'api', duplicateStrategy: 'merge', rules: {}, tempCsvKey: null, createdBy: { id: 'system' } })
   const contacts = Array.from({ length: 25 }, (_, i) => ({ identifier: `c${i}`, name: `C${i}`, addresses: [{ address: String(34600000000 + i), type: 'phone' as const, priority: 1 }] }))
-  const ack = await loads.accept(principal, batch._id, contacts)
+  const ack = await loads.accept(principal, batch._id, chunkLoad(contacts, config.dialer.chunkSize))
   // Deliveries run in macrotasks of their own (platform/background.ts): wait for them, not a fixed time.
   for (let i = 0; i < 200 && captured.length < ack.chunksPublished; i++) await new Promise(r => setTimeout(r, 10))
   return { raw, loads, operations, batch, ack, captured }
@@ -76,6 +77,15 @@ for (const kind of STORES) {
       const op = await operations.find('acme', ack.operationId)
       t.match(op, { status: 'succeeded', chunksCompleted: 3, insertedCount: 25, updatedCount: 0 })
       t.equal(await raw.collection(COLLECTIONS.contacts).countDocuments({ batchId: batch._id }), 25)
+    })
+
+    t.test('chunks queued by an earlier version (contacts as objects, not JSON text) apply alike', async t => {
+      const { loads, operations, ack, captured, raw, batch } = await setup(t, kind)
+      t.type(captured[0]!.contacts, 'string', 'queued as JSON text')
+      for (const message of captured) await loads.process({ ...message, contacts: JSON.parse(message.contacts as string) })
+      t.match(await operations.find('acme', ack.operationId), { status: 'succeeded', chunksCompleted: 3, insertedCount: 25 })
+      const stored = await raw.collection(COLLECTIONS.contacts).find({ batchId: batch._id, identifier: 'c7' })
+      t.match(stored, [{ identifier: 'c7', name: 'C7', identifierGenerated: false, addresses: [{ address: '34600000007', type: 'phone' }] }])
     })
 
     t.test('two workers racing on the same chunk count it once', async t => {

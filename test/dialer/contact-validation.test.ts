@@ -1,9 +1,9 @@
-// Contact loads are validated off the event loop (a worker thread) when large, and answer
-// exactly as when validated inline: the same 202 or the same 400, byte for byte.
+// Contact loads are validated and chunked off the event loop (a worker thread) when large, and
+// answer exactly as when handled inline: the same chunks and 202, or the same 400 byte for byte.
 import t from 'tap'
 import { call, startTestService } from '../support/harness.js'
-import { parseContactsBody } from '../../dialer/contact-input.js'
-import { validateContacts, validationCounts } from '../../dialer/contact-validation.js'
+import { validateLoad, validationCounts } from '../../dialer/contact-validation.js'
+import { loadFromBody } from '../../dialer/load-chunks.js'
 import { ApiError } from '../../gateway/errors.js'
 
 function contacts(n: number, broken: (i: number) => boolean = () => false) {
@@ -26,28 +26,27 @@ const bodies: [string, unknown][] = [
 ]
 
 t.test('the worker answers exactly what inline validation answers', async t => {
-  const now = Date.now()
+  const rules = { now: Date.now(), maxJsonDepth: 8, chunkSize: 300 }
   const before = validationCounts.offLoop
-  for (const [name, body] of bodies) {
-    const bytes = Buffer.from(JSON.stringify(body))
-    const inline = await Promise.resolve()
-      .then(() => parseContactsBody(JSON.parse(bytes.toString()), now))
-      .then(c => ({ ok: c.length }), (e: ApiError) => ({ status: e.status, body: e.body() }))
-    const offLoop = await validateContacts(bytes, () => JSON.parse(bytes.toString()), now, 1).then(
-      c => ({ ok: c.length }),
-      (e: ApiError) => ({ status: e.status, body: e.body() }),
-    )
+  const deep = { contacts: contacts(200), pad: JSON.parse('['.repeat(9) + ']'.repeat(9)) }
+  const cases: [string, Buffer][] = [
+    ...bodies.map(([name, body]): [string, Buffer] => [name, Buffer.from(JSON.stringify(body))]),
+    ['nested deeper than MAX_JSON_DEPTH', Buffer.from(JSON.stringify(deep))],
+    ['not JSON at all', Buffer.from('{"contacts": [' + 'x'.repeat(20_000))],
+  ]
+  const answer = (p: Promise<unknown>) => p.then(load => ({ load }), (e: ApiError) => ({ status: e.status, body: e.body() }))
+  for (const [name, bytes] of cases) {
+    const inline = await answer(Promise.resolve().then(() => loadFromBody(bytes, rules)))
+    const offLoop = await answer(validateLoad(bytes, rules, 1))
     t.same(offLoop, inline, name)
   }
-  t.equal(validationCounts.offLoop - before, bodies.length, 'every one of them was validated by the worker thread')
-  // Not JSON at all: the request's own parser answers (INVALID_JSON), as inline.
-  const garbage = Buffer.from('{"contacts": [' + 'x'.repeat(20_000))
-  await t.rejects(
-    validateContacts(garbage, () => {
-      throw new ApiError(400, 'INVALID_JSON', 'The request body is not valid JSON')
-    }, now, 1),
-    { code: 'INVALID_JSON' },
-  )
+  t.equal(validationCounts.offLoop - before, cases.length, 'every one of them was handled by the worker thread')
+  const valid = (await validateLoad(Buffer.from(JSON.stringify(bodies[0]![1])), rules, 1))
+  t.equal(valid.count, 1000)
+  t.same(valid.chunks.map(c => JSON.parse(c).length), [300, 300, 300, 100], 'chunks of chunkSize, as JSON text')
+  t.match(JSON.parse(valid.chunks[3]!)[99], { identifier: 'id-999', identifierGenerated: false, name: 'Contact 999' })
+  const errors = await Promise.all(cases.slice(-2).map(([, bytes]) => answer(validateLoad(bytes, rules, 1))))
+  t.match(errors, [{ status: 400, body: { code: 'JSON_TOO_DEEP' } }, { status: 400, body: { code: 'INVALID_JSON' } }])
 })
 
 t.test('over HTTP: the same answers with the worker and inline (DIALER_VALIDATION_THREADS=0)', async t => {
