@@ -35,7 +35,7 @@ import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { isDeepStrictEqual } from 'node:util'
 import { open, type Database, type RootDatabase } from 'lmdb'
-import { aggregate, find } from 'mingo'
+import { aggregate } from 'mingo'
 import {
   type BulkOp,
   type BulkResult,
@@ -54,7 +54,7 @@ import {
 import { type Clock, systemClock } from '../clock.js'
 import type { Logger } from '../logger.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
-import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
+import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, projectDocs, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
 import { documentKeys, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
 
@@ -351,12 +351,11 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   async findOne(filter: Filter, options: FindOptions = {}) {
     const [doc] = this.matching(filter, { ...options, limit: 1 })
-    return doc ? project(doc, options.projection) : null
+    return doc ? projectDocs([doc], options.projection)[0]! : null
   }
 
   async find(filter: Filter, options: FindOptions = {}) {
-    const docs = this.matching(filter, options)
-    return options.projection ? docs.map(doc => project(doc, options.projection)) : docs
+    return projectDocs(this.matching(filter, options), options.projection)
   }
 
   async countDocuments(filter: Filter) {
@@ -701,11 +700,6 @@ function sameValues(a: Doc, b: Doc, fields: string[]): boolean {
   }
   const theirs = tuples(b)
   return tuples(a).some(t => theirs.some(u => isDeepStrictEqual(t, u)))
-}
-
-function project<T extends Doc>(doc: T, projection?: Record<string, 0 | 1>): T {
-  if (!projection) return doc
-  return find([doc], {}, projection).all()[0] as T
 }
 
 /** The embedded database's directory under DATA_DIR: the service and the key CLI open the same one. */

@@ -3,7 +3,7 @@
 // TTL indexes are enforced here too, so repository code behaves alike on every store.
 // Nothing survives a restart: this is the pure in-memory double unit tests construct directly;
 // the service's embedded store is LmdbStore (lmdb-store.ts).
-import { aggregate, find } from 'mingo'
+import { aggregate } from 'mingo'
 import {
   type BulkOp,
   type BulkResult,
@@ -20,7 +20,7 @@ import {
 } from './types.js'
 import { type Clock, systemClock } from '../clock.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
-import { applyBulkOp, type BulkTarget, clone, compiled, emptyBulk, fastFind, getPath, isPrimitive, pinnedValues, updatedCopy, upsertDocument } from './query.js'
+import { applyBulkOp, type BulkTarget, clone, compiled, emptyBulk, fastFind, getPath, isPrimitive, pinnedValues, projectDocs, updatedCopy, upsertDocument } from './query.js'
 
 
 /**
@@ -225,16 +225,11 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
 
   async findOne(filter: Filter, options: FindOptions = {}) {
     const [doc] = this.matching(filter, { ...options, limit: 1 })
-    return doc ? this.project(clone(doc), options.projection) : null
+    return doc ? projectDocs([clone(doc)], options.projection)[0]! : null
   }
 
   async find(filter: Filter, options: FindOptions = {}) {
-    return this.matching(filter, options).map(doc => this.project(clone(doc), options.projection))
-  }
-
-  private project(doc: T, projection?: Record<string, 0 | 1>): T {
-    if (!projection) return doc
-    return find([doc], {}, projection).all()[0] as T
+    return projectDocs(this.matching(filter, options).map(clone), options.projection)
   }
 
   async countDocuments(filter: Filter) {

@@ -197,6 +197,10 @@ for (const kind of ['memory', 'lmdb', 'mongo'] as const) {
       t.same(await c.find({ _id: 'r1' }, { projection: { n: 1, 'meta.tier': 1 } }), [{ _id: 'r1', n: 5, meta: { tier: 'gold' } }], 'inclusion keeps _id')
       t.same(await c.findOne({ _id: 'r2' }, { projection: { _id: 0, group: 1 } }), { group: 'a' }, '_id excluded')
       t.same(await c.findOne({ _id: 'r4' }, { projection: { meta: 0, tags: 0, at: 0 } }), { _id: 'r4', group: 'b', n: 2, extra: 3 }, 'exclusion')
+      t.same(await c.find({ group: 'a' }, { sort: { _id: 1 }, projection: { n: 1, end_time: 1, missing: 1 } }), [{ _id: 'r1', n: 5, end_time: null }, { _id: 'r2', n: 2, end_time: 7 }], 'top-level inclusion over several documents; a missing field is left out')
+      t.same(await c.findOne({ _id: 'r4' }, { projection: { _id: 1 } }), { _id: 'r4' }, 'only _id')
+      t.same(await c.findOne({ _id: 'r4' }, { projection: { _id: 0, meta: 0, tags: 0, at: 0 } }), { group: 'b', n: 2, extra: 3 }, 'exclusion with _id')
+      t.same(await c.findOne({ _id: 'r4' }, { projection: {} }), await c.findOne({ _id: 'r4' }), 'an empty projection is the whole document')
 
       t.equal((await c.findOne({ group: 'b' }, { sort: { n: -1 } }))!._id, 'r3', 'findOne honours sort')
       t.equal((await c.findOne({ group: 'b' }, { sort: { n: 1 } }))!._id, 'r4')
