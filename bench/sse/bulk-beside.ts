@@ -20,7 +20,7 @@ const RATE = Number(process.env.BENCH_RATE ?? 300)
 const LOADS = Number(process.env.BENCH_LOADS ?? 200)
 const CONTACTS = Number(process.env.BENCH_CONTACTS ?? 1000)
 const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 4)
-const SOLO_SECONDS = Number(process.env.BENCH_SOLO_SECONDS ?? 10)
+const SOLO_SECONDS = Number(process.env.BENCH_SOLO_SECONDS ?? 30)
 const HOST = '127.0.0.1'
 const started = Date.now()
 
@@ -116,6 +116,7 @@ try {
     p50: percentile(r.rtts, 50),
     p99: percentile(r.rtts, 99),
     max: r.rtts.at(-1) ?? NaN,
+    ackP99: percentile(r.acks, 99),
     loopDelayP99: loop.p99,
     loopDelayMax: loop.max,
   })
@@ -124,7 +125,7 @@ try {
   await load.openLoop(RATE, 1)
   await server.reset()
   const solo = sessionsPhase(await load.openLoop(RATE, SOLO_SECONDS), (await server.stats()).loopDelayMs)
-  console.error(`   sessions alone: p50 ${solo.p50.toFixed(2)} p99 ${solo.p99.toFixed(2)} max ${solo.max.toFixed(1)} ms, lost ${solo.lost}, loop delay p99 ${solo.loopDelayP99.toFixed(1)} max ${solo.loopDelayMax.toFixed(1)} ms`)
+  console.error(`   sessions alone: p50 ${solo.p50.toFixed(2)} p99 ${solo.p99.toFixed(2)} max ${solo.max.toFixed(1)} ms, PUT → 201 p99 ${solo.ackP99.toFixed(1)} ms, lost ${solo.lost}, loop delay p99 ${solo.loopDelayP99.toFixed(1)} max ${solo.loopDelayMax.toFixed(1)} ms`)
 
   // 2. the load alone
   await server.reset()
@@ -146,7 +147,7 @@ try {
   }
   const loadBeside = await both
   const bothLoop = (await server.stats()).loopDelayMs
-  const merged = { sent: 0, skipped: 0, lost: 0, errors: 0, rtts: runs.flatMap(r => r.rtts).sort((a, b) => a - b) }
+  const merged = { sent: 0, skipped: 0, lost: 0, errors: 0, rtts: runs.flatMap(r => r.rtts).sort((a, b) => a - b), acks: runs.flatMap(r => r.acks).sort((a, b) => a - b) }
   for (const r of runs) {
     merged.sent += r.sent
     merged.lost += r.lost
@@ -155,11 +156,12 @@ try {
   const beside = sessionsPhase(merged, bothLoop)
   const byPhase = (acks: boolean) => {
     const rtts = runs.filter((_, i) => duringAcks[i] === acks).flatMap(r => r.rtts).sort((a, b) => a - b)
-    return { windows: duringAcks.filter(a => a === acks).length, replies: rtts.length, p50: percentile(rtts, 50), p99: percentile(rtts, 99), max: rtts.at(-1) ?? NaN }
+    const puts = runs.filter((_, i) => duringAcks[i] === acks).flatMap(r => r.acks).sort((a, b) => a - b)
+    return { windows: duringAcks.filter(a => a === acks).length, replies: rtts.length, p50: percentile(rtts, 50), p99: percentile(rtts, 99), max: rtts.at(-1) ?? NaN, putAckP99: percentile(puts, 99) }
   }
   const phases = { whileAcknowledging: byPhase(true), whileApplying: byPhase(false) }
-  for (const [name, p] of Object.entries(phases)) console.error(`     ${name}: ${p.windows} s, ${p.replies} replies, p50 ${p.p50.toFixed(2)} p99 ${p.p99.toFixed(2)} max ${p.max.toFixed(1)} ms`)
-  console.error(`   sessions beside the load: p50 ${beside.p50.toFixed(2)} p99 ${beside.p99.toFixed(2)} max ${beside.max.toFixed(1)} ms, lost ${beside.lost}, errors ${beside.errors}, loop delay p99 ${beside.loopDelayP99.toFixed(1)} max ${beside.loopDelayMax.toFixed(1)} ms`)
+  for (const [name, p] of Object.entries(phases)) console.error(`     ${name}: ${p.windows} s, ${p.replies} replies, p50 ${p.p50.toFixed(2)} p99 ${p.p99.toFixed(2)} max ${p.max.toFixed(1)} ms; PUT → 201 p99 ${p.putAckP99.toFixed(1)} ms`)
+  console.error(`   sessions beside the load: p50 ${beside.p50.toFixed(2)} p99 ${beside.p99.toFixed(2)} max ${beside.max.toFixed(1)} ms, PUT → 201 p99 ${beside.ackP99.toFixed(1)} ms, lost ${beside.lost}, errors ${beside.errors}, loop delay p99 ${beside.loopDelayP99.toFixed(1)} max ${beside.loopDelayMax.toFixed(1)} ms`)
   console.error(`   load beside the sessions: ack ${loadBeside.ackPerSecond.toFixed(0)}/s, end to end ${loadBeside.endToEndPerSecond.toFixed(0)}/s`)
 
   const verdict = {

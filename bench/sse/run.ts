@@ -253,6 +253,8 @@ export class Load {
   private readonly agent = new Agent({ keepAlive: true, maxSockets: 64 })
   private readonly sentAt = new Map<Stream, number>()
   rtts: number[] = []
+  /** PUT → 201 (the message acknowledged: its history entry is written). */
+  acks: number[] = []
   errors = 0
   private counter = 0
 
@@ -276,7 +278,8 @@ export class Load {
 
   private put(s: Stream) {
     s.inFlight = true
-    this.sentAt.set(s, performance.now())
+    const sent = performance.now()
+    this.sentAt.set(s, sent)
     const body = `{"message":"ping ${this.counter++}"}`
     const req = request(
       {
@@ -288,6 +291,7 @@ export class Load {
         headers: { apikey: this.key, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
       },
       res => {
+        this.acks.push(performance.now() - sent)
         if (res.statusCode !== 201) {
           this.errors++
           this.sentAt.delete(s)
@@ -307,6 +311,7 @@ export class Load {
   /** RATE messages/s for `seconds` (a session still waiting for its reply is skipped); waits for the replies (at most 3 s). */
   async openLoop(rate: number, seconds: number) {
     this.rtts = []
+    this.acks = []
     this.errors = 0
     let sent = 0
     let skipped = 0
@@ -335,7 +340,7 @@ export class Load {
     const lost = this.sentAt.size
     for (const s of this.sentAt.keys()) s.inFlight = false
     this.sentAt.clear()
-    return { sent, skipped, lost, errors: this.errors, rtts: [...this.rtts].sort((a, b) => a - b) }
+    return { sent, skipped, lost, errors: this.errors, rtts: [...this.rtts].sort((a, b) => a - b), acks: [...this.acks].sort((a, b) => a - b) }
   }
 
   close() {
