@@ -18,11 +18,10 @@ export type ValidationAnswer =
   | { id: number; load: PreparedLoad }
   | { id: number; error: { status: number; code: string; message: string; extra: Record<string, unknown>; headers: Record<string, string> } }
   | { id: number; failed: string }
-type Answer = ValidationAnswer
 
 class ValidationWorker {
   private readonly worker: Worker
-  private readonly jobs = new Map<number, (answer: Answer | null) => void>()
+  private readonly jobs = new Map<number, (answer: ValidationAnswer | null) => void>()
   private next = 0
   dead = false
 
@@ -31,7 +30,7 @@ class ValidationWorker {
     // Under the TypeScript loader (tests, benches) the worker is the .ts source; built, the .js.
     const file = new URL(here.endsWith('.ts') ? './contact-validation-worker.ts' : './contact-validation-worker.js', here)
     this.worker = new Worker(file)
-    this.worker.on('message', (answer: Answer) => {
+    this.worker.on('message', (answer: ValidationAnswer) => {
       this.jobs.get(answer.id)?.(answer)
       this.jobs.delete(answer.id)
       if (this.jobs.size === 0) this.worker.unref()
@@ -52,7 +51,7 @@ class ValidationWorker {
   }
 
   /** The worker's verdict, or null when it is gone (the caller validates inline). */
-  check(body: Buffer, rules: LoadRules): Promise<Answer | null> {
+  check(body: Buffer, rules: LoadRules): Promise<ValidationAnswer | null> {
     const id = this.next++
     return new Promise(resolve => {
       this.jobs.set(id, resolve)
