@@ -225,11 +225,12 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
 
   async findOne(filter: Filter, options: FindOptions = {}) {
     const [doc] = this.matching(filter, { ...options, limit: 1 })
-    return doc ? projectDocs([clone(doc)], options.projection)[0]! : null
+    // Projected first, then copied: only the fields asked for are cloned.
+    return doc ? clone(projectDocs([doc], options.projection)[0]!) : null
   }
 
   async find(filter: Filter, options: FindOptions = {}) {
-    return projectDocs(this.matching(filter, options).map(clone), options.projection)
+    return projectDocs(this.matching(filter, options), options.projection).map(clone)
   }
 
   async countDocuments(filter: Filter) {
