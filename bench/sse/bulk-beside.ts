@@ -13,7 +13,7 @@
 import { request } from 'node:http'
 import { writeFileSync } from 'node:fs'
 import { machineInfo } from '../support.js'
-import { Load, openStreams, percentile, startServer, type Stream } from './run.js'
+import { Load, openStreams, percentile, startServer, type ServerStats, type Stream } from './run.js'
 
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 90)
 const RATE = Number(process.env.BENCH_RATE ?? 300)
@@ -108,7 +108,7 @@ try {
   if (batch.status !== 201 && batch.status !== 200) throw new Error(`batch: ${batch.status} ${JSON.stringify(batch.json)}`)
   const batchId = batch.json.batchId
 
-  const sessionsPhase = (r: Awaited<ReturnType<Load['openLoop']>>, loop: { p99: number; max: number }) => ({
+  const sessionsPhase = (r: Awaited<ReturnType<Load['openLoop']>>, stats: ServerStats) => ({
     sent: r.sent,
     completed: r.rtts.length,
     lost: r.lost,
@@ -117,15 +117,18 @@ try {
     p99: percentile(r.rtts, 99),
     max: r.rtts.at(-1) ?? NaN,
     ackP99: percentile(r.acks, 99),
-    loopDelayP99: loop.p99,
-    loopDelayMax: loop.max,
+    loopDelayP99: stats.loopDelayMs.p99,
+    loopDelayMax: stats.loopDelayMs.max,
+    // The loop's store writes: how long each transaction held the loop, and waited for the write lock.
+    storeWriteHoldMs: stats.storeWriteHoldMs,
   })
+  const holdText = (h?: ServerStats['storeWriteHoldMs']) => (h ? `; store write holds p99 ${h.p99} max ${h.max} ms, waits p99 ${h.waits.p99} max ${h.waits.max} ms` : '')
 
   // 1. sessions alone
   await load.openLoop(RATE, 1)
   await server.reset()
-  const solo = sessionsPhase(await load.openLoop(RATE, SOLO_SECONDS), (await server.stats()).loopDelayMs)
-  console.error(`   sessions alone: p50 ${solo.p50.toFixed(2)} p99 ${solo.p99.toFixed(2)} max ${solo.max.toFixed(1)} ms, PUT → 201 p99 ${solo.ackP99.toFixed(1)} ms, lost ${solo.lost}, loop delay p99 ${solo.loopDelayP99.toFixed(1)} max ${solo.loopDelayMax.toFixed(1)} ms`)
+  const solo = sessionsPhase(await load.openLoop(RATE, SOLO_SECONDS), await server.stats())
+  console.error(`   sessions alone: p50 ${solo.p50.toFixed(2)} p99 ${solo.p99.toFixed(2)} max ${solo.max.toFixed(1)} ms, PUT → 201 p99 ${solo.ackP99.toFixed(1)} ms, lost ${solo.lost}, loop delay p99 ${solo.loopDelayP99.toFixed(1)} max ${solo.loopDelayMax.toFixed(1)} ms${holdText(solo.storeWriteHoldMs)}`)
 
   // 2. the load alone
   await server.reset()
@@ -146,14 +149,14 @@ try {
     runs.push(await load.openLoop(RATE, 1))
   }
   const loadBeside = await both
-  const bothLoop = (await server.stats()).loopDelayMs
+  const bothStats = await server.stats()
   const merged = { sent: 0, skipped: 0, lost: 0, errors: 0, rtts: runs.flatMap(r => r.rtts).sort((a, b) => a - b), acks: runs.flatMap(r => r.acks).sort((a, b) => a - b) }
   for (const r of runs) {
     merged.sent += r.sent
     merged.lost += r.lost
     merged.errors += r.errors
   }
-  const beside = sessionsPhase(merged, bothLoop)
+  const beside = sessionsPhase(merged, bothStats)
   const byPhase = (acks: boolean) => {
     const rtts = runs.filter((_, i) => duringAcks[i] === acks).flatMap(r => r.rtts).sort((a, b) => a - b)
     const puts = runs.filter((_, i) => duringAcks[i] === acks).flatMap(r => r.acks).sort((a, b) => a - b)
@@ -161,7 +164,7 @@ try {
   }
   const phases = { whileAcknowledging: byPhase(true), whileApplying: byPhase(false) }
   for (const [name, p] of Object.entries(phases)) console.error(`     ${name}: ${p.windows} s, ${p.replies} replies, p50 ${p.p50.toFixed(2)} p99 ${p.p99.toFixed(2)} max ${p.max.toFixed(1)} ms; PUT → 201 p99 ${p.putAckP99.toFixed(1)} ms`)
-  console.error(`   sessions beside the load: p50 ${beside.p50.toFixed(2)} p99 ${beside.p99.toFixed(2)} max ${beside.max.toFixed(1)} ms, PUT → 201 p99 ${beside.ackP99.toFixed(1)} ms, lost ${beside.lost}, errors ${beside.errors}, loop delay p99 ${beside.loopDelayP99.toFixed(1)} max ${beside.loopDelayMax.toFixed(1)} ms`)
+  console.error(`   sessions beside the load: p50 ${beside.p50.toFixed(2)} p99 ${beside.p99.toFixed(2)} max ${beside.max.toFixed(1)} ms, PUT → 201 p99 ${beside.ackP99.toFixed(1)} ms, lost ${beside.lost}, errors ${beside.errors}, loop delay p99 ${beside.loopDelayP99.toFixed(1)} max ${beside.loopDelayMax.toFixed(1)} ms${holdText(beside.storeWriteHoldMs)}`)
   console.error(`   load beside the sessions: ack ${loadBeside.ackPerSecond.toFixed(0)}/s, end to end ${loadBeside.endToEndPerSecond.toFixed(0)}/s`)
 
   const verdict = {

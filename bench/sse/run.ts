@@ -49,9 +49,12 @@ const children = new Set<ChildProcess>()
 
 // ------------------------------------------------------------------ server child processes
 
-interface ServerStats {
+export interface ServerStats {
   loopDelayMs: { p50: number; p99: number; max: number; mean: number }
+  /** The embedded store's write transactions: how long each held the loop (switchboard only). */
+  storeWriteHoldMs?: { count: number; p50: number; p99: number; max: number; waits: { count: number; p50: number; p99: number; max: number } }
   cpuMs: number
+  loopUtilization: number
   gc: { major: number; minor: number; majorMs: number; minorMs: number; maxMs: number }
   rss: number
   heapUsed: number
@@ -242,7 +245,11 @@ export interface RateResult {
   lost: number
   skippedBusy: number
   rttMs: { p50: number; p90: number; p99: number; max: number }
+  /** PUT → 201 (the message's history entry committed). */
+  ackMs: { p50: number; p99: number }
   loopDelayMs: { p99: number; max: number }
+  loopUtilization: number
+  storeWriteHoldMs?: ServerStats['storeWriteHoldMs']
   cpuMsPerMessage: number
   gc: ServerStats['gc']
   oldSpaceGrowthMBps: number
@@ -250,7 +257,7 @@ export interface RateResult {
 
 /** Drives PUT → `assistant.message` round trips over `streams` (each session has one message in flight at most). */
 export class Load {
-  private readonly agent = new Agent({ keepAlive: true, maxSockets: 64 })
+  private readonly agent = new Agent({ keepAlive: true, maxSockets: Number(process.env.BENCH_SOCKETS ?? 64) })
   private readonly sentAt = new Map<Stream, number>()
   rtts: number[] = []
   /** PUT → 201 (the message acknowledged: its history entry is written). */
@@ -364,7 +371,10 @@ export async function measureRate(server: Server, load: Load, rate: number, seco
     lost: run.lost,
     skippedBusy: run.skipped,
     rttMs: { p50: percentile(run.rtts, 50), p90: percentile(run.rtts, 90), p99: percentile(run.rtts, 99), max: run.rtts.at(-1) ?? NaN },
+    ackMs: { p50: percentile(run.acks, 50), p99: percentile(run.acks, 99) },
     loopDelayMs: { p99: after.loopDelayMs.p99, max: after.loopDelayMs.max },
+    loopUtilization: after.loopUtilization,
+    ...(after.storeWriteHoldMs ? { storeWriteHoldMs: after.storeWriteHoldMs } : {}),
     cpuMsPerMessage: after.cpuMs / Math.max(1, completed),
     gc: after.gc,
     // Old space over the window (majors in it pull it down: this is the net growth).
@@ -393,8 +403,10 @@ async function runTarget(target: string, run: number): Promise<TargetRun> {
       const r = await measureRate(server, load, rate, SECONDS)
       rates.push(r)
       console.error(
-        `   ${target} run ${run} @${rate}/s: p50 ${r.rttMs.p50.toFixed(2)} p90 ${r.rttMs.p90.toFixed(2)} p99 ${r.rttMs.p99.toFixed(2)} max ${r.rttMs.max.toFixed(1)} ms; ` +
-          `loop delay p99 ${r.loopDelayMs.p99.toFixed(1)} max ${r.loopDelayMs.max.toFixed(1)} ms; cpu/msg ${r.cpuMsPerMessage.toFixed(3)} ms; lost ${r.lost}; err ${r.errors}; gc major ${r.gc.major} (max ${r.gc.maxMs.toFixed(1)} ms); old space ${r.oldSpaceGrowthMBps.toFixed(2)} MB/s`,
+        `   ${target} run ${run} @${rate}/s: p50 ${r.rttMs.p50.toFixed(2)} p90 ${r.rttMs.p90.toFixed(2)} p99 ${r.rttMs.p99.toFixed(2)} max ${r.rttMs.max.toFixed(1)} ms (PUT → 201 p50 ${r.ackMs.p50.toFixed(1)} p99 ${r.ackMs.p99.toFixed(1)}); ` +
+          `loop delay p99 ${r.loopDelayMs.p99.toFixed(1)} max ${r.loopDelayMs.max.toFixed(1)} ms, busy ${(100 * r.loopUtilization).toFixed(0)} %; ` +
+          (r.storeWriteHoldMs ? `store write holds ${r.storeWriteHoldMs.count} p99 ${r.storeWriteHoldMs.p99} max ${r.storeWriteHoldMs.max} ms (waits p99 ${r.storeWriteHoldMs.waits.p99} max ${r.storeWriteHoldMs.waits.max}); ` : '') +
+          `cpu/msg ${r.cpuMsPerMessage.toFixed(3)} ms; lost ${r.lost}; err ${r.errors}; gc major ${r.gc.major} (max ${r.gc.maxMs.toFixed(1)} ms); old space ${r.oldSpaceGrowthMBps.toFixed(2)} MB/s`,
       )
     }
     load.close()
@@ -461,6 +473,9 @@ if (import.meta.url === `file://${process.argv[1]}`) {
           loopDelayP99: m(r => r.loopDelayMs.p99),
           loopDelayMax: m(r => r.loopDelayMs.max),
           loopDelayP99Runs: at.map(r => r.loopDelayMs.p99),
+          storeWriteHoldP99: at[0]?.storeWriteHoldMs ? m(r => r.storeWriteHoldMs!.p99) : null,
+          storeWriteHoldMax: at[0]?.storeWriteHoldMs ? m(r => r.storeWriteHoldMs!.max) : null,
+          storeWriteHoldMaxRuns: at.map(r => r.storeWriteHoldMs?.max ?? null),
           cpuMsPerMessage: m(r => r.cpuMsPerMessage),
           oldSpaceGrowthMBps: m(r => r.oldSpaceGrowthMBps),
           lost: at.reduce((n, r) => n + r.lost, 0),
@@ -478,10 +493,10 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   }
   const sb = summary.switchboard
   const base = summary[BASELINE]
-  const rows = [['target', 'rate', 'p50', 'p90', 'p99 (runs)', 'max', 'loop p99 / max', 'cpu ms/msg', 'old MB/s', 'lost', 'err']]
+  const rows = [['target', 'rate', 'p50', 'p90', 'p99 (runs)', 'max', 'loop p99 / max', 'store hold p99 / max', 'cpu ms/msg', 'old MB/s', 'lost', 'err']]
   for (const target of TARGETS) {
     for (const r of summary[target].rates) {
-      rows.push([target, String(r.rate), f(r.p50), f(r.p90), `${f(r.p99)} (${r.p99Runs.map((x: number) => f(x, 1)).join(', ')})`, f(r.max, 1), `${f(r.loopDelayP99, 1)} / ${f(r.loopDelayMax, 1)}`, f(r.cpuMsPerMessage, 3), f(r.oldSpaceGrowthMBps), String(r.lost), String(r.errors)])
+      rows.push([target, String(r.rate), f(r.p50), f(r.p90), `${f(r.p99)} (${r.p99Runs.map((x: number) => f(x, 1)).join(', ')})`, f(r.max, 1), `${f(r.loopDelayP99, 1)} / ${f(r.loopDelayMax, 1)}`, r.storeWriteHoldP99 === null ? '-' : `${f(r.storeWriteHoldP99, 2)} / ${f(r.storeWriteHoldMax, 2)}`, f(r.cpuMsPerMessage, 3), f(r.oldSpaceGrowthMBps), String(r.lost), String(r.errors)])
     }
   }
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map(r => r[i]!.length)))

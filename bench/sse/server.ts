@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { getHeapSpaceStatistics } from 'node:v8'
-import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks'
+import { constants, monitorEventLoopDelay, performance, PerformanceObserver } from 'node:perf_hooks'
 
 const mode = process.argv[2]
 const KEY = 'bench-key-0000000000000000'
@@ -22,6 +22,7 @@ const HEARTBEAT_MS = Number(process.env.BENCH_HEARTBEAT_MS ?? 1000)
 const loopDelay = monitorEventLoopDelay({ resolution: 1 })
 loopDelay.enable()
 let cpuMark = process.cpuUsage()
+let eluMark = performance.eventLoopUtilization()
 const gc = { major: 0, minor: 0, majorMs: 0, minorMs: 0, maxMs: 0 }
 new PerformanceObserver(list => {
   for (const entry of list.getEntries()) {
@@ -46,6 +47,8 @@ function stats() {
   return {
     loopDelayMs: { p50: loopDelay.percentile(50) / 1e6, p99: loopDelay.percentile(99) / 1e6, max: loopDelay.max / 1e6, mean: loopDelay.mean / 1e6 },
     cpuMs: (cpu.user + cpu.system) / 1000,
+    /** Share of the window the event loop was busy (not waiting for I/O). */
+    loopUtilization: performance.eventLoopUtilization(eluMark).utilization,
     gc: { ...gc },
     rss: m.rss,
     heapUsed: m.heapUsed,
@@ -55,7 +58,9 @@ function stats() {
 
 function resetStats() {
   loopDelay.reset()
+  resetExtra()
   cpuMark = process.cpuUsage()
+  eluMark = performance.eventLoopUtilization()
   Object.assign(gc, { major: 0, minor: 0, majorMs: 0, minorMs: 0, maxMs: 0 })
 }
 
@@ -68,6 +73,7 @@ function memory() {
 // ------------------------------------------------------------------ servers
 
 let extraStats: () => Record<string, unknown> = () => ({})
+let resetExtra = () => {}
 
 async function startSwitchboard(): Promise<number> {
   const { loadConfig } = await import('../../platform/config.js')
@@ -84,6 +90,12 @@ async function startSwitchboard(): Promise<number> {
     ...JSON.parse(process.env.BENCH_SERVICE_ENV ?? '{}'),
   })
   const service = await startService(config, { logger: createLogger('silent') })
+  // The embedded store's write transactions: how long each held the loop (see platform/store/write-holds.ts).
+  const holds = (service.platform.store as { holds?: import('../../platform/store/write-holds.js').WriteHolds }).holds
+  if (holds) {
+    extraStats = () => ({ storeWriteHoldMs: holds.summary() })
+    resetExtra = () => holds.reset()
+  }
   return service.port
 }
 

@@ -57,6 +57,7 @@ import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-p
 import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, projectDocs, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
 import { documentKeys, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
+import { WriteHolds } from './write-holds.js'
 
 /** Documents written per transaction by a bulk write, updateMany or deleteMany (see above). */
 export const WRITE_SLICE = 256
@@ -201,7 +202,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   private async inSlices(slice: (started: number) => boolean): Promise<boolean> {
     for (;;) {
       if (this.store.closed) return false
-      const more = await this.store.env.transaction(() => slice(performance.now()))
+      const more = await this.store.env.transaction(() => this.store.holds.run(() => slice(performance.now())))
       if (!more) return true
       await new Promise(resolve => setImmediate(resolve))
     }
@@ -226,13 +227,16 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   /** Runs `work` inside a write transaction; its error (thrown before any write) rejects. */
   private async write<R>(work: () => R): Promise<R> {
-    const outcome = await this.store.env.transaction((): Outcome<R> => {
-      try {
-        return { ok: work() }
-      } catch (error) {
-        return { error }
-      }
-    })
+    const queuedAt = performance.now()
+    const outcome = await this.store.env.transaction((): Outcome<R> =>
+      this.store.holds.run(() => {
+        try {
+          return { ok: work() }
+        } catch (error) {
+          return { error }
+        }
+      }, queuedAt),
+    )
     if ('error' in outcome) throw outcome.error
     return outcome.ok
   }
@@ -709,6 +713,8 @@ export class LmdbStore implements Store {
   readonly kind = 'lmdb' as const
   /** Index entries and documents read by queries since the store opened (what a plan costs). */
   readonly reads = { keys: 0, documents: 0 }
+  /** How long this thread's write transactions held its loop, and how long each write waited (see write-holds.ts). */
+  readonly holds = new WriteHolds()
   readonly env: RootDatabase
   readonly meta: Database<unknown, string>
   private readonly collections = new Map<string, LmdbCollection<any>>()

@@ -303,3 +303,33 @@ t.test('a kill -9 while writing loses nothing that was acknowledged and leaves i
   t.equal((await contacts.find({ tags: 'all' })).length, docs, 'the multikey index has every contact')
   t.ok((await contacts.insertOne({ _id: 'dup', batchId: 'b', identifier: 'id0' }).catch(e => e)) instanceof DuplicateKeyError, 'the unique index is whole')
 })
+
+t.test('write holds: the callbacks of one transaction are timed as one stretch of the loop, and each write`s wait', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const spin = (ms: number) => {
+    const until = performance.now() + ms
+    while (performance.now() < until);
+  }
+  // lmdb-js runs the callbacks queued for one transaction back to back: three of 3 ms are one 9 ms hold.
+  for (let i = 0; i < 3; i++) store.holds.run(() => spin(3))
+  await Promise.resolve()
+  t.equal(store.holds.summary().count, 1, 'one stretch')
+  t.ok(store.holds.summary().max >= 9, `it lasted the three callbacks: ${store.holds.summary().max} ms`)
+  store.holds.run(() => spin(1))
+  await Promise.resolve()
+  t.equal(store.holds.summary().count, 2, 'a callback after the loop moved on is a stretch of its own')
+  t.throws(() => store.holds.run(() => { throw new Error('inside') }), /inside/, 'a callback that throws is timed and its error passes through')
+  await Promise.resolve()
+  t.equal(store.holds.summary().count, 3)
+
+  // The store's writes go through it: each awaited write is one transaction, one stretch, one wait.
+  store.holds.reset()
+  const docs = store.collection('holds')
+  await docs.insertOne({ _id: 'a', n: 1 })
+  await docs.updateOne({ _id: 'a' }, { $inc: { n: 1 } })
+  const { count, max, waits } = store.holds.summary()
+  t.equal(count, 2, 'an insert and an update: two transactions, two stretches')
+  t.ok(max > 0 && max < 1000)
+  t.equal(waits.count, 2, 'and how long each waited for its transaction')
+})
