@@ -491,9 +491,10 @@ export class SessionHost {
           // The message's entry (and those of the same step) are up to this seq; entries the turn
           // adds while we wait are not this message's.
           const upTo = this.awake(live).getSnapshot().context.seq
-          await live.writer.flushed()
-          // Acknowledged only once its history entry is written (a failed snapshot write alone
-          // loses nothing: a restore replays the log past the last snapshot).
+          // Acknowledged once its history entry is written, not after the snapshot and report
+          // writes of the same batch (a missing snapshot loses nothing: a restore replays the log
+          // past the last snapshot).
+          await live.writer.entriesWritten(upTo)
           if (live.writer.holdsUpTo(upTo)) throw new ApiError(503, 'SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { 'Retry-After': '5' })
         }
         return { accepted: true, state: stateName(this.awake(live).getSnapshot()) }

@@ -58,6 +58,8 @@ export class WriteBehind {
   private readonly dirty = new Set<SessionWriter>()
   private running: Promise<void> | null = null
   private readonly unpersisted = new Map<string, string>()
+  /** Snapshot writes of earlier batches still in flight: the next batch does not wait for them. */
+  private readonly snapshotPhases = new Set<Promise<void>>()
   readonly batch: number
   readonly maxAttempts: number
   readonly retryMs: number
@@ -105,7 +107,7 @@ export class WriteBehind {
 
   /** Resolves once nothing is dirty or being written. */
   async idle() {
-    while (this.running) await this.running
+    while (this.running || this.snapshotPhases.size > 0) await (this.running ?? Promise.all(this.snapshotPhases))
   }
 
   private async run() {
@@ -122,7 +124,11 @@ export class WriteBehind {
     }
   }
 
-  /** One batch: every writer's log entries in one insert, then each snapshot (fenced writes are per session). */
+  /**
+   * One batch: every writer's log entries in one insert, then each snapshot (fenced writes are per
+   * session). The next batch starts once the insert is committed: a slow snapshot write of one
+   * session does not hold the history writes (and so the acknowledgements) of every other.
+   */
   private async flush(writers: SessionWriter[]) {
     const { store, fenced } = this.options
     const taken: { writer: SessionWriter; entries: HistoryEntry[]; docs: LogDoc[] }[] = []
@@ -152,17 +158,24 @@ export class WriteBehind {
         logError = error
       }
     }
-    await Promise.all(
+    // The entries are committed: a message waiting for its own entry is acknowledged now, not
+    // after the snapshot and report writes that follow.
+    if (!logError) for (const { writer } of taken) writer.logged()
+    const phase = Promise.all(
       taken.map(async ({ writer, entries }) => {
         if (logError && entries.length) return writer.failed(entries, logError)
         try {
-          await writer.writeSnapshot()
+          // A snapshot of this session still being written by an earlier batch: this change is
+          // taken up again once that write is done (one snapshot write per session at a time).
+          if ((await writer.writeSnapshot()) === 'busy') return
           writer.succeeded()
         } catch (error) {
           writer.failed([], error)
         }
       }),
-    )
+    ).then(() => undefined)
+    this.snapshotPhases.add(phase)
+    void phase.finally(() => this.snapshotPhases.delete(phase))
   }
 }
 
@@ -184,6 +197,13 @@ export class SessionWriter {
   private asked = 0
   private done = 0
   private waiters: { upTo: number; resolve: () => void }[] = []
+  /** A snapshot write of this session is in flight; a batch meanwhile leaves the next one for later. */
+  private snapshotWriting = false
+  private rescheduleAfterSnapshot = false
+  /** Entries taken by the batch being written (their insert not yet committed). */
+  private taken: HistoryEntry[] = []
+  /** entriesWritten() callers, by the history seq they wait for. */
+  private seqWaiters: { seq: number; resolve: () => void }[] = []
   private attempts = 0
   private retry: NodeJS.Timeout | null = null
   private givenUp = false
@@ -221,6 +241,8 @@ export class SessionWriter {
   /** Forgets what is not written yet (the session is owned elsewhere). */
   discard() {
     this.pending = []
+    this.taken = []
+    this.wakeSeqWaiters(true)
     this.snapshotWanted = false
     if (this.retry) clearTimeout(this.retry)
     this.retry = null
@@ -235,6 +257,31 @@ export class SessionWriter {
       await new Promise<void>(resolve => this.waiters.push({ upTo, resolve }))
     }
     await this.records.written()
+  }
+
+  /**
+   * Resolves once the history entries up to `seq` are committed, or given up on (holdsUpTo()
+   * then says so), or discarded with the session. What a user message's acknowledgement waits
+   * for: the snapshot and the report record that follow it are not needed to replay it.
+   */
+  entriesWritten(seq: number): Promise<void> {
+    if (!this.unwrittenUpTo(seq)) return Promise.resolve()
+    return new Promise(resolve => this.seqWaiters.push({ seq, resolve }))
+  }
+
+  private unwrittenUpTo(seq: number): boolean {
+    return this.pending.some(entry => entry.seq <= seq) || this.taken.some(entry => entry.seq <= seq)
+  }
+
+  /** Wakes the callers whose entries are written; `all`: every caller (a write was given up on). */
+  private wakeSeqWaiters(all = false) {
+    if (this.seqWaiters.length === 0) return
+    const waiting = this.seqWaiters
+    this.seqWaiters = []
+    for (const waiter of waiting) {
+      if (!all && this.unwrittenUpTo(waiter.seq)) this.seqWaiters.push(waiter)
+      else waiter.resolve()
+    }
   }
 
   /** Nothing to write, nothing being written: what the session is now is in the store. */
@@ -258,23 +305,47 @@ export class SessionWriter {
   /** @internal */
   takeEntries(): HistoryEntry[] {
     this.inBatch = this.asked
-    return this.pending.splice(0)
+    this.taken = this.pending.splice(0)
+    return this.taken
   }
 
-  /** @internal writes the snapshot if one is wanted now (log entries are already written). */
-  async writeSnapshot() {
+  /** @internal the entries taken by this batch are committed. */
+  logged() {
+    this.taken = []
+    this.wakeSeqWaiters()
+  }
+
+  /**
+   * @internal writes the snapshot if one is wanted now (log entries are already written); 'busy'
+   * when an earlier batch is still writing one (this change is scheduled again when it is done).
+   */
+  async writeSnapshot(): Promise<'written' | 'skipped' | 'busy'> {
     const { session } = this
-    if (!this.snapshotWanted || session.finished()) return
+    if (this.snapshotWriting) {
+      this.rescheduleAfterSnapshot = true
+      return 'busy'
+    }
+    if (!this.snapshotWanted || session.finished()) return 'skipped'
     const snapshot = encode(() => session.snapshot())
     if (!snapshot) {
       this.snapshotDue = true
-      return
+      return 'skipped'
     }
     this.snapshotWanted = false
     // The record's counters go with the snapshot: one write per turn.
     this.records.flushCounts()
-    const written = await this.owner.options.store.writeSnapshot(session.id, snapshot, session.fence())
-    if (this.owner.options.fenced && !written && !session.finished()) session.lost('fenced: another node took the session over')
+    this.snapshotWriting = true
+    try {
+      const written = await this.owner.options.store.writeSnapshot(session.id, snapshot, session.fence())
+      if (this.owner.options.fenced && !written && !session.finished()) session.lost('fenced: another node took the session over')
+      return 'written'
+    } finally {
+      this.snapshotWriting = false
+      if (this.rescheduleAfterSnapshot) {
+        this.rescheduleAfterSnapshot = false
+        this.owner.mark(this)
+      }
+    }
   }
 
   /** @internal */
@@ -290,6 +361,7 @@ export class SessionWriter {
   /** @internal the entries go back in front; retried with back-off, or given up on. */
   failed(entries: HistoryEntry[], error: unknown) {
     if (entries.length) this.pending.unshift(...entries)
+    this.taken = []
     if (this.pending.length > MAX_PENDING_ENTRIES) this.pending.splice(0, this.pending.length - MAX_PENDING_ENTRIES)
     this.snapshotWanted = true
     this.attempts++
@@ -299,6 +371,7 @@ export class SessionWriter {
       // Not retried: the next change of the session tries once more.
       this.owner.gaveUp(this, error, this.attempts)
       this.givenUp = true
+      this.wakeSeqWaiters(true)
       this.settle()
       return
     }
@@ -313,6 +386,7 @@ export class SessionWriter {
 
   /** @internal wakes flushed() callers up to `upTo` (default: everything asked so far). */
   settle(upTo = this.asked) {
+    this.wakeSeqWaiters()
     this.done = Math.max(this.done, upTo)
     const waiting = this.waiters
     this.waiters = []

@@ -76,3 +76,35 @@ t.test('a user message whose history entry cannot be written is not acknowledged
   const history = (await call(base, 'GET', `/engine/api/administration/session/${sessionId}/history`, { headers: { UserId: 'sup' } })).json.data
   t.ok(history.some((e: any) => e.type === 'message.user' && e.text === 'otra vez'), 'the accepted message is in the stored history')
 })
+
+t.test('a user message is acknowledged once its history entry is written, not after the snapshot write that follows', async t => {
+  const { base, service } = await startTestService(t)
+  const { stream, sessionId, consumerId } = await createSession(base)
+  t.teardown(() => stream.close())
+  await stream.next('crew.status.waiting')
+  // The session's snapshot writes wait at a gate (a slow store); its log inserts do not.
+  const sessions = service.platform.store.collection('engine_sessions')
+  const updateOne = sessions.updateOne.bind(sessions)
+  let open!: () => void
+  const gate = new Promise<void>(resolve => (open = resolve))
+  let held = 0
+  sessions.updateOne = async (filter, update, options) => {
+    if (filter._id === sessionId && (update as any).$set?.snapshot !== undefined) {
+      held++
+      await gate
+    }
+    return updateOne(filter, update, options)
+  }
+  // Before, the acknowledgement waited for the snapshot too: it would still be waiting at the gate.
+  const sent = await Promise.race([
+    call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'hola' } }),
+    sleep(5000).then(() => ({ status: 0, text: 'no answer within 5 s' })),
+  ])
+  t.equal(sent.status, 201, sent.text)
+  await stream.next('assistant.message')
+  for (let i = 0; i < 100 && held === 0; i++) await sleep(20)
+  t.ok(held >= 1, 'a snapshot write is held at the gate')
+  open()
+  const history = (await call(base, 'GET', `/engine/api/administration/session/${sessionId}/history`, { headers: { UserId: 'sup' } })).json.data
+  t.ok(history.some((e: any) => e.type === 'message.user' && e.text === 'hola'), 'the acknowledged message is in the stored history')
+})
