@@ -4,12 +4,16 @@
 //   - event-loop delay: its p99 above OVERLOAD_LOOP_DELAY_MS in two windows (250 ms) in a row,
 //     or above twice it in one: one long tick (a major GC) is not overload, a loop that stays
 //     late is. The process counts as overloaded until a window's p99 is back under half of it;
+//   - event-loop utilization: the loop busy more than OVERLOAD_LOOP_BUSY_PERCENT of two windows
+//     in a row, until a window is 10 points under it. A saturated loop is not always a late one:
+//     many short callbacks keep each timer nearly on time while turns and their writes queue up
+//     (seen at 2,000 msg/s: delay p99 25 ms, replies 600 ms late);
 //   - open streams on this process above OVERLOAD_MAX_STREAMS (new streams only);
 //   - assistant turns in flight on this process above ENGINE_MAX_TURNS_IN_FLIGHT (messages that
 //     would start a turn only).
 // What is refused: new sessions, new streams (listen) and user messages. Never refused: ending
 // a session, administration, and the streams already open.
-import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks'
+import { monitorEventLoopDelay, performance, type EventLoopUtilization, type IntervalHistogram } from 'node:perf_hooks'
 import { ApiError } from './errors.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
@@ -17,6 +21,8 @@ import type { Metrics } from '../platform/metrics.js'
 export interface OverloadLimits {
   /** p99 event-loop delay (ms) past which new work is refused; 0 = never. */
   loopDelayMs: number
+  /** Share of a window (percent) the event loop may be busy before new work is refused; 0 = never. */
+  loopBusyPercent?: number
   /** Open SSE streams on this process past which new streams are refused; 0 = no limit. */
   maxStreams: number
   /** Assistant turns in flight on this process past which messages that start a turn are refused; 0 = no limit. */
@@ -35,6 +41,13 @@ export class OverloadGuard {
   private overloaded = false
   /** Windows in a row whose p99 was past the limit. */
   private lateWindows = 0
+  private busyWindows = 0
+  private utilization: EventLoopUtilization | null = null
+  /** Overloaded by delay, by utilization (each with its own way back). */
+  private late = false
+  private saturated = false
+  /** Share of the last complete window the loop was busy (0..1). */
+  lastLoopBusy = 0
   /** p99 of the last complete window (ms). */
   lastLoopDelayMs = 0
 
@@ -50,9 +63,10 @@ export class OverloadGuard {
   }
 
   start() {
-    if (this.limits.loopDelayMs <= 0 || this.timer) return
+    if ((this.limits.loopDelayMs <= 0 && !this.limits.loopBusyPercent) || this.timer) return
     this.histogram = monitorEventLoopDelay({ resolution: 5 })
     this.histogram.enable()
+    this.utilization = performance.eventLoopUtilization()
     this.timer = setInterval(() => this.sample(), WINDOW_MS)
     this.timer.unref()
   }
@@ -71,16 +85,30 @@ export class OverloadGuard {
     histogram.reset()
     this.lastLoopDelayMs = p99
     this.metrics?.eventLoopDelayP99.set(p99 / 1000)
+    const now = performance.eventLoopUtilization()
+    const busy = performance.eventLoopUtilization(now, this.utilization!).utilization
+    this.utilization = now
+    this.lastLoopBusy = busy
     const { loopDelayMs } = this.limits
-    const late = p99 > loopDelayMs
-    const sustained = late && this.lateWindows > 0
-    this.lateWindows = late ? this.lateWindows + 1 : 0
-    if (!this.overloaded && (sustained || p99 > 2 * loopDelayMs)) {
-      this.overloaded = true
-      this.logger?.warn('overloaded: new sessions, streams and messages are refused', { loopDelayP99Ms: Math.round(p99) })
-    } else if (this.overloaded && p99 < loopDelayMs / 2) {
-      this.overloaded = false
-      this.logger?.info('no longer overloaded', { loopDelayP99Ms: Math.round(p99) })
+    if (loopDelayMs > 0) {
+      const late = p99 > loopDelayMs
+      const sustained = late && this.lateWindows > 0
+      this.lateWindows = late ? this.lateWindows + 1 : 0
+      if (!this.late && (sustained || p99 > 2 * loopDelayMs)) this.late = true
+      else if (this.late && p99 < loopDelayMs / 2) this.late = false
+    }
+    const limit = (this.limits.loopBusyPercent ?? 0) / 100
+    if (limit > 0) {
+      this.busyWindows = busy > limit ? this.busyWindows + 1 : 0
+      if (!this.saturated && this.busyWindows >= 2) this.saturated = true
+      else if (this.saturated && busy < limit - 0.1) this.saturated = false
+    }
+    const overloaded = this.late || this.saturated
+    if (overloaded !== this.overloaded) {
+      this.overloaded = overloaded
+      const at = { loopDelayP99Ms: Math.round(p99), loopBusyPercent: Math.round(100 * busy) }
+      if (overloaded) this.logger?.warn('overloaded: new sessions, streams and messages are refused', at)
+      else this.logger?.info('no longer overloaded', at)
     }
   }
 
@@ -95,7 +123,8 @@ export class OverloadGuard {
    */
   admit(kind: Admission, load: { streams?: number; turnsInFlight?: number } = {}) {
     const { maxStreams, maxTurnsInFlight } = this.limits
-    if (this.overloaded) this.refuse('loop_delay', `The service is overloaded (event-loop delay ${Math.round(this.lastLoopDelayMs)} ms); retry shortly`)
+    if (this.late) this.refuse('loop_delay', `The service is overloaded (event-loop delay ${Math.round(this.lastLoopDelayMs)} ms); retry shortly`)
+    if (this.saturated) this.refuse('loop_busy', `The service is overloaded (event loop busy ${Math.round(100 * this.lastLoopBusy)} % of the time); retry shortly`)
     if ((kind === 'stream' || kind === 'session') && maxStreams > 0 && (load.streams ?? 0) >= maxStreams) {
       this.refuse('streams', `This node holds its maximum of ${maxStreams} open streams; retry shortly (another node may take it)`)
     }
@@ -104,7 +133,7 @@ export class OverloadGuard {
     }
   }
 
-  private refuse(reason: 'loop_delay' | 'streams' | 'turns', message: string): never {
+  private refuse(reason: 'loop_delay' | 'loop_busy' | 'streams' | 'turns', message: string): never {
     this.metrics?.overloadRefused.inc({ reason })
     throw new ApiError(503, 'OVERLOADED', message, { reason }, { 'Retry-After': String(this.limits.retryAfterSeconds) })
   }

@@ -128,6 +128,8 @@ export interface Config {
   /** Overload control (gateway/overload.ts): past these, new work is refused with 503 and Retry-After. */
   overload: {
     loopDelayMs: number
+    /** Percent of a 250 ms window the event loop may be busy (two windows in a row) before new work is refused; 0 = off. */
+    loopBusyPercent: number
     maxStreams: number
     maxTurnsInFlight: number
     retryAfterSeconds: number
@@ -289,6 +291,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     overload: {
       loopDelayMs: int(env, 'OVERLOAD_LOOP_DELAY_MS', 200, 0),
+      loopBusyPercent: int(env, 'OVERLOAD_LOOP_BUSY_PERCENT', 0, 0),
       maxStreams: int(env, 'OVERLOAD_MAX_STREAMS', 20_000, 0),
       maxTurnsInFlight: int(env, 'ENGINE_MAX_TURNS_IN_FLIGHT', 2000, 0),
       retryAfterSeconds: int(env, 'OVERLOAD_RETRY_AFTER_S', 1, 1),

@@ -14,6 +14,9 @@
 //
 //   node --import @tapjs/typescript/import bench/sse/run.ts
 //   BENCH_RUNS=3 BENCH_SESSIONS=1000 BENCH_HOLD=10000 BENCH_RATES=500,1000,2000 BENCH_SECONDS=5 BENCH_TARGETS=switchboard,uws
+//   BENCH_SOCKETS=64  keep-alive sockets the PUTs share (64: a PUT waits for a free one, so a slow 201
+//   shows in the reply time as it would for one client multiplexing sessions; the number of sessions:
+//   each session its own client). BENCH_SERVICE_ENV='{"K":"V"}' adds service settings.
 //   BENCH_PROFILE=dir  a CPU and an allocation profile of each measured window (bench/sse/long-ticks.ts
 //   reads them); BENCH_TRACE_GC=1 adds --trace-gc
 import { fork, type ChildProcess } from 'node:child_process'
@@ -220,6 +223,11 @@ export async function openStreams(port: number, key: string, count: number, into
         pendingOpens++
         try {
           into.push(await openStream(port, key))
+        } catch (error) {
+          // Refused while the service is overloaded (503, Retry-After): a client waits and retries.
+          if (!/ 503 /.test((error as Error).message)) throw error
+          refusedOpens++
+          await new Promise(r => setTimeout(r, 250))
         } finally {
           pendingOpens--
         }
@@ -228,6 +236,8 @@ export async function openStreams(port: number, key: string, count: number, into
   )
 }
 let pendingOpens = 0
+/** Stream opens refused with 503 (overload) and retried. */
+export let refusedOpens = 0
 
 // ------------------------------------------------------------------ load
 

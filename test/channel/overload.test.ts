@@ -84,3 +84,32 @@ t.test('an event loop past OVERLOAD_LOOP_DELAY_MS refuses new work at once, and 
   a.stream.close()
 
 })
+
+t.test('an event loop busy past OVERLOAD_LOOP_BUSY_PERCENT (never late) refuses new messages, and takes them again when it is not', async t => {
+  const { base, metricsBase } = await startTestService(t, { env: { OVERLOAD_LOOP_BUSY_PERCENT: '60', OVERLOAD_LOOP_DELAY_MS: '0' } })
+  const a = await createSession(base)
+  await a.stream.next('crew.status.waiting')
+  // Saturated, not late: 8 ms of work every 10 ms (a loop full of short callbacks keeps its timers
+  // nearly on time while work queues behind them).
+  let spinning = true
+  const spin = () => {
+    if (!spinning) return
+    const until = performance.now() + 8
+    while (performance.now() < until) {}
+    setTimeout(spin, 2)
+  }
+  spin()
+  await sleep(800) // two windows of 250 ms past the limit
+  const refused = await call(base, 'PUT', `${CHANNEL}/${a.sessionId}/${a.consumerId}`, { body: { message: 'while busy' } })
+  spinning = false
+  t.equal(refused.status, 503, refused.text)
+  t.match(refused.json, { code: 'OVERLOADED', reason: 'loop_busy' })
+  t.equal(refused.headers.get('retry-after'), '1')
+  t.ok((await counter(metricsBase, 'loop_busy')) >= 1)
+  await sleep(700)
+  t.equal((await call(base, 'PUT', `${CHANNEL}/${a.sessionId}/${a.consumerId}`, { body: { message: 'recovered' } })).status, 201, 'served again once the loop is not busy')
+  await a.stream.next(e => e.event === 'assistant.message' && e.data.text === 'You said: recovered')
+  const history = await call(base, 'GET', `/engine/api/administration/session/${a.sessionId}/history`, { headers: { UserId: 'sup' } })
+  t.same(history.json.data.filter((e: any) => e.type === 'message.user').map((e: any) => e.text), ['recovered'], 'the refused message was not recorded')
+  a.stream.close()
+})
