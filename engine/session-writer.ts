@@ -361,7 +361,8 @@ export class SessionWriter {
   /** @internal the entries go back in front; retried with back-off, or given up on. */
   failed(entries: HistoryEntry[], error: unknown) {
     if (entries.length) this.pending.unshift(...entries)
-    this.taken = []
+    // A failed snapshot (no entries) leaves alone the entries a later batch may have taken since.
+    if (entries === this.taken) this.taken = []
     if (this.pending.length > MAX_PENDING_ENTRIES) this.pending.splice(0, this.pending.length - MAX_PENDING_ENTRIES)
     this.snapshotWanted = true
     this.attempts++

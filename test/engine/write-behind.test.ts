@@ -164,3 +164,47 @@ t.test('consumer ids per session are bounded on the engine side; the least recen
   await transport.command(target, { type: 'consumer.attach', consumerId: 'c0' })
   t.match(await transport.command(target, { type: 'user.message', consumerId: 'c0', text: 'back' }), { accepted: true })
 })
+
+t.test('a message waits for its own history entry: a failed snapshot of an earlier batch does not acknowledge an entry still being written', async t => {
+  const { WriteBehind } = await import('../../engine/session-writer.js')
+  const { SessionStore } = await import('../../engine/session-store.js')
+  const logger = createLogger('silent')
+  const store = new SessionStore(new MemoryStore())
+  // Gates: the first snapshot write fails when told to; the second batch's log insert waits.
+  let failSnapshot!: (error: Error) => void
+  const snapshotFailed = new Promise<never>((_, reject) => (failSnapshot = reject))
+  let releaseInsert!: () => void
+  const insertHeld = new Promise<void>(resolve => (releaseInsert = resolve))
+  let inserts = 0
+  const insertLogDocs = store.insertLogDocs.bind(store)
+  store.insertLogDocs = async docs => {
+    if (++inserts === 2) await insertHeld
+    return insertLogDocs(docs)
+  }
+  store.writeSnapshot = async () => snapshotFailed
+  const writeBehind = new WriteBehind({ store, logger, metrics: createMetrics(), fenced: false, stopping: () => false, maxAttempts: 5, retryMs: 10_000 })
+  const session = { id: SESSION, finished: () => false, snapshot: () => ({ state: 'active', agentId: 'a', snapshot: '{}', logPosition: 0, eventSeq: 0, deadlines: { idle: 0, tools: [] }, updatedAt: 0 }) as any, fence: () => undefined, lost: () => {} }
+  const records = { note: () => {}, flushCounts: () => {}, written: async () => {} } as any
+  const writer = writeBehind.writer(session, records)
+
+  writer.append({ seq: 1, at: 1, type: 'message.user', text: 'one' })
+  await writer.entriesWritten(1)
+  t.equal(inserts, 1, 'the first entry is written (its snapshot write is still pending)')
+  writer.append({ seq: 2, at: 2, type: 'message.user', text: 'two' })
+  let acknowledged = false
+  const second = writer.entriesWritten(2).then(() => (acknowledged = true))
+  for (let i = 0; i < 50 && inserts < 2; i++) await sleep(5)
+  t.equal(inserts, 2, 'the second batch is inserting (held)')
+  failSnapshot(new Error('snapshot refused'))
+  await sleep(20)
+  // A message arriving now (another PUT up to the same entry) waits as well.
+  let late = false
+  const another = writer.entriesWritten(2).then(() => (late = true))
+  await sleep(20)
+  t.notOk(acknowledged || late, 'the first batch`s failed snapshot does not acknowledge the second entry')
+  releaseInsert()
+  await Promise.all([second, another])
+  t.ok(acknowledged && late)
+  t.notOk(writer.holdsUpTo(2), 'it was written')
+  t.same((await store.entriesAfter(SESSION, 0)).map(e => e.seq), [1, 2])
+})
