@@ -341,11 +341,14 @@ export class SessionWriter {
       return 'written'
     } finally {
       this.snapshotWriting = false
-      if (this.rescheduleAfterSnapshot) {
-        this.rescheduleAfterSnapshot = false
-        this.owner.mark(this)
-      }
     }
+  }
+
+  /** A change that came while a snapshot was being written is taken up now, unless a retry's back-off will. */
+  private resumeAfterSnapshot() {
+    if (!this.rescheduleAfterSnapshot || this.retry) return
+    this.rescheduleAfterSnapshot = false
+    this.owner.mark(this)
   }
 
   /** @internal */
@@ -356,6 +359,7 @@ export class SessionWriter {
       this.owner.cleared(this, true)
     }
     this.settle(this.inBatch)
+    this.resumeAfterSnapshot()
   }
 
   /** @internal the entries go back in front; retried with back-off, or given up on. */
@@ -374,6 +378,7 @@ export class SessionWriter {
       this.givenUp = true
       this.wakeSeqWaiters(true)
       this.settle()
+      this.resumeAfterSnapshot()
       return
     }
     options.logger.warn('session write failed; retrying', { sessionId: this.session.id, attempt: this.attempts, error })
