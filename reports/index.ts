@@ -7,9 +7,8 @@ import { loadDefinitions, type ReportDefinition } from './definitions.js'
 import { executeReport } from './execute-report.js'
 import { CompiledReport } from './metrics.js'
 import { parseExecuteReportQuery, parseSessionsDetailQuery } from './params.js'
-import { SESSION_RECORDS, SessionRecorder, type SessionRecordDoc } from './session-records.js'
+import { SessionRecorder } from './session-records.js'
 import { sessionsDetail } from './sessions-detail.js'
-import { SLOT_COUNTS, SLOT_STATS, SLOT_STATS_OPTIONS, type SlotCountDoc, type SlotStatsDoc } from './slots.js'
 import { SlotMigration } from './slot-migration.js'
 
 export { SessionRecorder, type LastMessage, type SessionRecordDoc, type SessionStatus, type TurnCounts, SESSION_RECORDS } from './session-records.js'
@@ -34,15 +33,10 @@ export interface ReportsOptions {
 export function createReports(platform: Platform, options: ReportsOptions = {}): ServiceModule {
   const definitions = options.definitions ?? loadDefinitions(platform.config.reportsFile)
   const compiled = new Map([...definitions].map(([id, d]) => [id, new CompiledReport(d)]))
-  const records = platform.store.collection<SessionRecordDoc>(SESSION_RECORDS)
   const recorder = new SessionRecorder(platform.store)
+  const { records } = recorder
   const migration = new SlotMigration(recorder, platform.logger)
-  const sources = {
-    records,
-    counts: platform.store.collection<SlotCountDoc>(SLOT_COUNTS),
-    stats: platform.store.collection<SlotStatsDoc>(SLOT_STATS, SLOT_STATS_OPTIONS),
-    slotsReady: () => migration.ready(),
-  }
+  const sources = { records, counts: recorder.counts, stats: recorder.stats, slotsReady: () => migration.ready() }
 
   const visible = (id: string, accountId: string) => {
     const report = compiled.get(id)

@@ -82,9 +82,10 @@ export const SESSION_RECORD_INDEXES: IndexSpec[] = [
 ]
 
 export class SessionRecorder {
-  private readonly records: Collection<SessionRecordDoc>
-  private readonly counts: Collection<SlotCountDoc>
-  private readonly stats: Collection<SlotStatsDoc>
+  // The one opener of these collections: the report sources read through the same handles.
+  readonly records: Collection<SessionRecordDoc>
+  readonly counts: Collection<SlotCountDoc>
+  readonly stats: Collection<SlotStatsDoc>
   constructor(
     private readonly store: Store,
     private readonly clock: Clock = systemClock,
