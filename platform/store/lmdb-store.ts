@@ -58,6 +58,7 @@ import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, 
 import { documentKeys, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
 import { WriteHolds } from './write-holds.js'
+import { groupInSlices, simpleGroup } from './sliced-group.js'
 
 /** Documents written per transaction by a bulk write, updateMany or deleteMany (see above). */
 export const WRITE_SLICE = 256
@@ -379,6 +380,9 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   async aggregate<R>(pipeline: Record<string, any>[]): Promise<R[]> {
     const first = pipeline[0]
+    // $match then a plain $group: read lazily and added up in slices (sliced-group.ts).
+    const group = pipeline.length === 2 && first && '$match' in first && '$group' in pipeline[1]! ? simpleGroup(pipeline[1]!.$group) : null
+    if (group) return groupInSlices<R>(this.candidates(first!.$match, undefined, false).docs, matcherOf(first!.$match), group)
     const source = first && '$match' in first ? this.matching(first.$match) : [...this.docs.getRange({}).map(e => e.value)]
     return aggregate(source, first && '$match' in first ? pipeline.slice(1) : pipeline) as R[]
   }

@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { LmdbStore, WRITE_SLICE } from '../../platform/store/lmdb-store.js'
+import { GROUP_SLICE } from '../../platform/store/sliced-group.js'
 import { DuplicateKeyError, type Doc } from '../../platform/store/types.js'
 import { buildService } from '../support/processes.js'
 
@@ -332,4 +333,45 @@ t.test('write holds: the callbacks of one transaction are timed as one stretch o
   t.equal(count, 2, 'an insert and an update: two transactions, two stretches')
   t.ok(max > 0 && max < 1000)
   t.equal(waits.count, 2, 'and how long each waited for its transaction')
+})
+
+t.test('a $match + $group over many documents is added up in slices: the loop serves other work meanwhile, writes included', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  await store.ensureIndexes('contacts', CONTACT_INDEXES)
+  const contacts = store.collection('contacts')
+  const outcomes = ['answered', 'busy', 'no_answer']
+  const N = GROUP_SLICE * 6
+  const at = new Date('2026-07-01T10:00:00Z')
+  await contacts.insertMany(
+    Array.from({ length: N }, (_, i) => ({ _id: `c${String(i).padStart(5, '0')}`, batchId: 'b', identifier: `i${i}`, state: 'done', priorityRank: 0, nextAttemptAt: at, lastOutcome: i % 7 === 0 ? undefined : outcomes[i % 3], doneReason: 'attempts_exhausted', attempts: 1 + (i % 2) })),
+  )
+  let settled = false
+  const grouped = contacts
+    .aggregate<{ _id: { outcome?: string; reason?: string }; n: number; attempts: number }>([
+      { $match: { batchId: 'b', state: 'done' } },
+      { $group: { _id: { outcome: '$lastOutcome', reason: '$doneReason' }, n: { $sum: 1 }, attempts: { $sum: '$attempts' } } },
+    ])
+    .finally(() => (settled = true))
+  // Other work gets the loop before the group is done, and a write commits meanwhile.
+  const during = await new Promise<boolean>(resolve => setImmediate(() => resolve(!settled)))
+  await contacts.insertOne({ _id: 'other', batchId: 'x', identifier: 'o', state: 'pending', priorityRank: 0, nextAttemptAt: at })
+  t.ok(during, 'the loop ran other work while the group was being added up')
+  const rows = await grouped
+  // Expected, computed here: as mongod, a missing field is left out of the key.
+  const expected = new Map<string, { n: number; attempts: number }>()
+  for (let i = 0; i < N; i++) {
+    const key = i % 7 === 0 ? '-' : outcomes[i % 3]!
+    const row = expected.get(key) ?? { n: 0, attempts: 0 }
+    row.n++
+    row.attempts += 1 + (i % 2)
+    expected.set(key, row)
+  }
+  t.equal(rows.length, expected.size)
+  for (const row of rows) {
+    t.equal(row._id.reason, 'attempts_exhausted')
+    t.same({ n: row.n, attempts: row.attempts }, expected.get(row._id.outcome ?? '-'), `group ${row._id.outcome ?? '(no outcome)'}`)
+    if (row._id.outcome === undefined) t.notOk('outcome' in row._id, 'a missing field is not in the key')
+  }
+  t.ok(await contacts.findOne({ _id: 'other' }), 'the write made during the group is there')
 })

@@ -1,0 +1,86 @@
+// `$match` + a plain `$group` over many documents without holding the event loop: the embedded
+// store reads the documents of a match lazily and, for a group whose key is field paths and
+// whose accumulators are `$sum` of 1 or of a field, adds them up as it goes, yielding to the loop
+// every GROUP_SLICE documents. Before, it read every matching document into an array and then
+// grouped (mingo): the progress of a finished 100,000-contact batch held the loop 1.4 s on one
+// `GET`, and a million contacts ten times that. Any other shape keeps the array path.
+
+/** Documents read between two yields to the loop (~5 ms of decoding for contact documents). */
+export const GROUP_SLICE = 500
+
+type Path = string[]
+interface Plan {
+  /** The group key: one field path, an object of field paths, or null (one group). */
+  key: { kind: 'null' } | { kind: 'path'; path: Path } | { kind: 'object'; fields: [string, Path][] }
+  sums: [string, number | Path][]
+}
+
+const fieldPath = (v: unknown): Path | null => (typeof v === 'string' && v.startsWith('$') && !v.startsWith('$$') && v.length > 1 ? v.slice(1).split('.') : null)
+
+/** The plan of a `$group` this module can run, or null for any other shape. */
+export function simpleGroup(group: Record<string, unknown>): Plan | null {
+  const { _id, ...accumulators } = group
+  let key: Plan['key']
+  if (_id === null) key = { kind: 'null' }
+  else if (fieldPath(_id)) key = { kind: 'path', path: fieldPath(_id)! }
+  else if (_id && typeof _id === 'object' && !Array.isArray(_id) && !(_id instanceof Date)) {
+    const fields = Object.entries(_id as Record<string, unknown>).map(([name, v]) => [name, fieldPath(v)] as const)
+    if (fields.length === 0 || fields.some(([name, p]) => !p || name.startsWith('$'))) return null
+    key = { kind: 'object', fields: fields as [string, Path][] }
+  } else return null
+  const sums: Plan['sums'] = []
+  for (const [name, spec] of Object.entries(accumulators)) {
+    if (!spec || typeof spec !== 'object' || Object.keys(spec).length !== 1 || !('$sum' in spec)) return null
+    const of = (spec as { $sum: unknown }).$sum
+    if (typeof of === 'number' && Number.isFinite(of)) sums.push([name, of])
+    else if (fieldPath(of)) sums.push([name, fieldPath(of)!])
+    else return null
+  }
+  return { key, sums }
+}
+
+/** A value at a dotted path (no array traversal: as `$group` reads a path into an array, it is the array). */
+function valueAt(doc: Record<string, unknown>, path: Path): unknown {
+  let value: unknown = doc
+  for (const part of path) {
+    if (value === null || typeof value !== 'object') return undefined
+    value = (value as Record<string, unknown>)[part]
+  }
+  return value
+}
+
+const keyText = (v: unknown) => JSON.stringify(v, (_, x) => (x instanceof Date ? { $date: x.getTime() } : x === undefined ? null : x))
+
+/** Groups `docs` (lazily read) by `plan`, yielding to the loop every GROUP_SLICE documents read. */
+export async function groupInSlices<R>(docs: Iterable<Record<string, unknown>>, matches: (doc: any) => boolean, plan: Plan): Promise<R[]> {
+  const groups = new Map<string, Record<string, unknown>>()
+  let read = 0
+  for (const doc of docs) {
+    if (++read % GROUP_SLICE === 0) await new Promise(resolve => setImmediate(resolve))
+    if (!matches(doc)) continue
+    let id: unknown
+    if (plan.key.kind === 'null') id = null
+    else if (plan.key.kind === 'path') id = valueAt(doc, plan.key.path) ?? null
+    else {
+      // As mongod: a missing field is left out of the key document.
+      const object: Record<string, unknown> = {}
+      for (const [name, path] of plan.key.fields) {
+        const value = valueAt(doc, path)
+        if (value !== undefined) object[name] = value
+      }
+      id = object
+    }
+    const text = keyText(id)
+    let row = groups.get(text)
+    if (!row) {
+      row = { _id: id }
+      for (const [name] of plan.sums) row[name] = 0
+      groups.set(text, row)
+    }
+    for (const [name, of] of plan.sums) {
+      const add = typeof of === 'number' ? of : valueAt(doc, of)
+      if (typeof add === 'number') row[name] = (row[name] as number) + add
+    }
+  }
+  return [...groups.values()] as R[]
+}
