@@ -58,8 +58,6 @@ export class WriteBehind {
   private readonly dirty = new Set<SessionWriter>()
   private running: Promise<void> | null = null
   private readonly unpersisted = new Map<string, string>()
-  /** Snapshot writes of earlier batches still in flight: the next batch does not wait for them. */
-  private readonly snapshotPhases = new Set<Promise<void>>()
   readonly batch: number
   readonly maxAttempts: number
   readonly retryMs: number
@@ -103,11 +101,6 @@ export class WriteBehind {
     if (!this.unpersisted.delete(writer.session.id)) return
     this.options.metrics.sessionsPersistenceStopped.set(this.unpersisted.size)
     if (recovered) this.options.logger.info('session persisted again', { sessionId: writer.session.id })
-  }
-
-  /** Resolves once nothing is dirty or being written. */
-  async idle() {
-    while (this.running || this.snapshotPhases.size > 0) await (this.running ?? Promise.all(this.snapshotPhases))
   }
 
   private async run() {
@@ -161,7 +154,8 @@ export class WriteBehind {
     // The entries are committed: a message waiting for its own entry is acknowledged now, not
     // after the snapshot and report writes that follow.
     if (!logError) for (const { writer } of taken) writer.logged()
-    const phase = Promise.all(
+    // Not awaited: each writer's failures are handled in it (failed() retries or gives up).
+    void Promise.all(
       taken.map(async ({ writer, entries }) => {
         if (logError && entries.length) return writer.failed(entries, logError)
         try {
@@ -173,9 +167,7 @@ export class WriteBehind {
           writer.failed([], error)
         }
       }),
-    ).then(() => undefined)
-    this.snapshotPhases.add(phase)
-    void phase.finally(() => this.snapshotPhases.delete(phase))
+    )
   }
 }
 
