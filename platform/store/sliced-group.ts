@@ -39,14 +39,24 @@ export function simpleGroup(group: Record<string, unknown>): Plan | null {
   return { key, sums }
 }
 
-/** A value at a dotted path (no array traversal: as `$group` reads a path into an array, it is the array). */
-function valueAt(doc: Record<string, unknown>, path: Path): unknown {
-  let value: unknown = doc
-  for (const part of path) {
-    if (value === null || typeof value !== 'object') return undefined
-    value = (value as Record<string, unknown>)[part]
+/**
+ * A value at a dotted path, as mongod's aggregation reads a field path: a path through an array
+ * gives the array of its documents' values (elements that are not documents, nested arrays
+ * included, or lack the field are left out), and a path ending on an array gives that array.
+ */
+function valueAt(value: unknown, path: Path, from = 0): unknown {
+  if (from === path.length) return value
+  if (Array.isArray(value)) {
+    const values: unknown[] = []
+    for (const element of value) {
+      if (element === null || typeof element !== 'object' || Array.isArray(element) || element instanceof Date) continue
+      const v = valueAt(element, path, from)
+      if (v !== undefined) values.push(v)
+    }
+    return values
   }
-  return value
+  if (value === null || typeof value !== 'object' || value instanceof Date) return undefined
+  return valueAt((value as Record<string, unknown>)[path[from]!], path, from + 1)
 }
 
 const keyText = (v: unknown) => JSON.stringify(v, (_, x) => (x instanceof Date ? { $date: x.getTime() } : x === undefined ? null : x))
