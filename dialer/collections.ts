@@ -31,6 +31,10 @@ export const INDEXES: Record<string, IndexSpec[]> = {
     { name: 'batch_state_next_rank', key: { batchId: 1, state: 1, nextAttemptAt: 1, priorityRank: 1, _id: 1 } },
     // The contact listing's order (GET .../contacts): a page reads its rows, not the whole batch.
     { name: 'batch_created', key: { batchId: 1, createdAt: 1, _id: 1 } },
+    // A batch's progress (GET .../batches/{id}) and its contacts in flight (each selection
+    // cycle): the embedded store keeps the number per batch, state and ending, so neither reads
+    // the batch's contacts (platform/store/counted-index.ts).
+    { name: 'batch_progress', key: { batchId: 1, state: 1, lastOutcome: 1, doneReason: 1 }, counted: true },
   ],
   [COLLECTIONS.operations]: [
     // TTL: documents carry their own absolute expiry (retention differs per kind and phase).

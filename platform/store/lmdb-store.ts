@@ -9,6 +9,8 @@
 //                           (its documents hold no Date); documents a c: database of the same
 //                           name still holds are copied over in the background when it is opened
 //   i:<collection>:<index>  one entry per (indexed values, _id), see index-keys.ts; no value
+//   n:<collection>:<index>  a `counted` index: the number of documents per distinct indexed
+//                           values (no entry per document), see counted-index.ts
 //   m:indexes               declared indexes per collection (and whether they went multikey)
 // Queries read an index in key order (planner.ts) and stop at their limit; documents are read
 // only for entries whose key passes the filter's indexed conditions.
@@ -55,9 +57,10 @@ import { type Clock, systemClock } from '../clock.js'
 import type { Logger } from '../logger.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, projectDocs, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
-import { documentKeys, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
+import { documentKeys, encodeValue, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
 import { WriteHolds } from './write-holds.js'
+import { countByPipeline, countPlan, countRowsOf, keyValue, type CountRow, type CountValue } from './counted-index.js'
 import { groupInSlices, simpleGroup } from './sliced-group.js'
 
 /** Documents written per transaction by a bulk write, updateMany or deleteMany (see above). */
@@ -74,12 +77,18 @@ interface StoredIndex {
   unique?: boolean
   expireAfterSeconds?: number
   multikey?: boolean
+  counted?: boolean
 }
 
 interface LiveIndex extends PlannableIndex {
   spec: StoredIndex
-  db: Database<Buffer, KeyPart[]>
+  /** One entry per (key, _id) with an empty value; a counted index has none. */
+  db?: Database<Buffer, KeyPart[]>
+  /** A counted index's number of documents per key. */
+  counts?: Database<number, KeyPart[]>
 }
+/** An index with entries: what queries read documents through. */
+type EntryIndex = LiveIndex & { db: Database<Buffer, KeyPart[]> }
 
 export interface LmdbStoreOptions {
   /** Directory of the environment (created when missing). */
@@ -115,6 +124,8 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   /** The background copy to JSON, when one is running (close() waits for its current slice). */
   moving?: Promise<void>
   indexes: LiveIndex[] = []
+  /** The indexes queries can read documents through (a counted index has no entry per document). */
+  private plannable: EntryIndex[] = []
 
   constructor(readonly name: string, private readonly store: LmdbStore, readonly json: boolean) {
     // A JSON collection only looks for a c: database left from before; it never creates one.
@@ -223,7 +234,14 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   /** The indexes declared for this collection (by any process sharing the environment). */
   loadIndexes() {
     const stored = (this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []
-    this.indexes = stored.map(spec => ({ name: spec.name, fields: Object.keys(spec.key), multikey: !!spec.multikey, spec, db: this.store.indexDb(this.name, spec.name) }))
+    this.indexes = stored.map(spec => ({
+      name: spec.name,
+      fields: Object.keys(spec.key),
+      multikey: !!spec.multikey,
+      spec,
+      ...(spec.counted ? { counts: this.store.countDb(this.name, spec.name) } : { db: this.store.indexDb(this.name, spec.name) }),
+    }))
+    this.plannable = this.indexes.filter((index): index is EntryIndex => index.db !== undefined)
   }
 
   /** Runs `work` inside a write transaction; its error (thrown before any write) rejects. */
@@ -271,7 +289,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       }
       return { docs, ordered: effectiveSort(sort, shape.pinned).length === 0 }
     }
-    const chosen = plan(shape, sort, limited, this.indexes)
+    const chosen = plan(shape, sort, limited, this.plannable)
     if (chosen) return { docs: this.fromIndex(chosen, effectiveSort(sort, shape.pinned)), ordered: chosen.ordered }
     const sortFields = effectiveSort(sort, shape.pinned)
     const byId = sortFields.length === 1 && sortFields[0]![0] === '_id'
@@ -326,7 +344,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   }
 
   private keysIn(chosen: IndexPlan, range: { start?: KeyPart[]; end?: KeyPart[] }) {
-    const db = (chosen.index as LiveIndex).db
+    const db = (chosen.index as EntryIndex).db
     return chosen.reverse ? db.getKeys({ start: range.end, end: range.start, reverse: true }) : db.getKeys({ start: range.start, end: range.end })
   }
 
@@ -366,16 +384,47 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   async countDocuments(filter: Filter) {
     const shape = shapeOf(filter)
     if (Object.keys(filter).length === 0) return this.docs.getCount()
-    const chosen = typeof filter._id === 'string' ? undefined : plan(shape, undefined, false, this.indexes)
+    const counted = this.fromCounts(filter, [])
+    if (counted) return counted.reduce((sum, row) => sum + row.n, 0)
+    const chosen = typeof filter._id === 'string' ? undefined : plan(shape, undefined, false, this.plannable)
     if (chosen?.exact) {
       let n = 0
       for (const range of chosen.ranges) {
-        if (chosen.checks.length === 0) n += (chosen.index as LiveIndex).db.getKeysCount({ start: range.start, end: range.end })
+        if (chosen.checks.length === 0) n += (chosen.index as EntryIndex).db.getKeysCount({ start: range.start, end: range.end })
         else for (const key of this.keysIn(chosen, range)) if (passes(chosen, key)) n++
       }
       return n
     }
     return this.matching(filter).length
+  }
+
+  async countBy(match: Record<string, CountValue>, fields: string[]): Promise<CountRow[]> {
+    return this.fromCounts(match, fields) ?? countRowsOf(await this.aggregate(countByPipeline(match, fields)), fields)
+  }
+
+  /**
+   * The counts of a counted index whose leading fields `match` pins to plain values, grouped by
+   * `fields` (the index's other fields): one range read over its distinct keys. Undefined when no
+   * counted index can answer (a filter with an operator, a multikey index, a cut string).
+   */
+  private fromCounts(match: Filter, fields: string[]): CountRow[] | undefined {
+    for (const index of this.indexes) {
+      if (!index.counts || index.multikey) continue
+      const how = countPlan(index.fields, match, fields)
+      if (!how) continue
+      const start: KeyPart[] = how.prefix.flatMap(field => encodeValue(match[field]))
+      const rows = new Map<string, CountRow>()
+      for (const { key, value } of index.counts.getRange({ start, end: [...start, KEY_MAX as unknown as KeyPart] })) {
+        const values = how.groupPositions.map(p => keyValue(key[p * 2] as number, key[p * 2 + 1]!))
+        if (values.some(v => v === undefined)) return undefined
+        const id = partId(how.groupPositions.flatMap(p => [key[p * 2]!, key[p * 2 + 1]!]))
+        const row = rows.get(id)
+        if (row) row.n += value
+        else rows.set(id, { values: values as CountValue[], n: value })
+      }
+      return [...rows.values()]
+    }
+    return undefined
   }
 
   async aggregate<R>(pipeline: Record<string, any>[]): Promise<R[]> {
@@ -396,10 +445,28 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     return indexes.map(index => ({ index, ...documentKeys(doc, index.fields) }))
   }
 
+  /** Moves a counted index's number for one key (removed at zero: only keys some document has are kept). */
+  private count(counts: Database<number, KeyPart[]>, key: KeyPart[], by: number) {
+    const n = (counts.get(key) ?? 0) + by
+    if (n > 0) counts.putSync(key, n)
+    else counts.removeSync(key)
+  }
+
+  /** Takes a document's key out of an index, or one off its number. */
+  private removeEntry(index: LiveIndex, key: KeyPart[], id: string) {
+    if (index.counts) this.count(index.counts, key, -1)
+    else index.db!.removeSync([...key, id])
+  }
+
+  private putEntry(index: LiveIndex, key: KeyPart[], id: string) {
+    if (index.counts) this.count(index.counts, key, 1)
+    else index.db!.putSync([...key, id], EMPTY)
+  }
+
   /** The first unique index a document's entries would share with another document. */
   private conflict(doc: Doc, entries: ReturnType<LmdbCollection<T>['entriesOf']>): string | undefined {
     for (const { index, keys } of entries) {
-      if (!index.spec.unique) continue
+      if (!index.spec.unique || !index.db) continue
       for (const key of keys) {
         for (const other of index.db.getKeys({ start: key, end: [...key, KEY_MAX as unknown as KeyPart] })) {
           const otherId = other[other.length - 1] as string
@@ -423,15 +490,15 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     entries.forEach(({ index, keys, multi }, i) => {
       const old = new Set((before?.[i]?.keys ?? []).map(partId))
       const fresh = new Set(keys.map(partId))
-      for (const key of before?.[i]?.keys ?? []) if (!fresh.has(partId(key))) index.db.removeSync([...key, doc._id])
-      for (const key of keys) if (!old.has(partId(key))) index.db.putSync([...key, doc._id], EMPTY)
+      for (const key of before?.[i]?.keys ?? []) if (!fresh.has(partId(key))) this.removeEntry(index, key, doc._id)
+      for (const key of keys) if (!old.has(partId(key))) this.putEntry(index, key, doc._id)
       if (multi && !index.multikey) this.markMultikey(index)
     })
     this.putDocument(doc)
   }
 
   private removeDoc(doc: T) {
-    for (const { index, keys } of this.entriesOf(doc)) for (const key of keys) index.db.removeSync([...key, doc._id])
+    for (const { index, keys } of this.entriesOf(doc)) for (const key of keys) this.removeEntry(index, key, doc._id)
     this.removeDocument(doc._id)
   }
 
@@ -613,24 +680,34 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       key: spec.key,
       ...(spec.unique ? { unique: true } : {}),
       ...(spec.expireAfterSeconds !== undefined ? { expireAfterSeconds: spec.expireAfterSeconds } : {}),
+      ...(spec.counted ? { counted: true } : {}),
     }
+    if (spec.counted && (spec.unique || spec.expireAfterSeconds !== undefined)) throw new TypeError(`${this.name}.${spec.name}: a counted index is neither unique nor TTL`)
     const stored = (this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []
     const current = stored.find(s => s.name === spec.name)
     if (current && sameDefinition(current, wanted)) {
       if (!this.indexes.some(i => i.name === spec.name)) this.loadIndexes()
       return
     }
-    const db = this.store.indexDb(this.name, spec.name)
+    const db = spec.counted ? this.store.countDb(this.name, spec.name) : this.store.indexDb(this.name, spec.name)
     const fields = Object.keys(spec.key)
     await this.write(() => {
       // Built in memory first: a unique violation fails the declaration before anything is written.
       const entries: KeyPart[][] = []
+      const counts = new Map<string, { key: KeyPart[]; n: number }>()
       const owners = new Map<string, string>()
       let multikey = false
       for (const { value: doc } of this.docs.getRange({})) {
         const { keys, multi } = documentKeys(doc, fields)
         multikey ||= multi
         for (const key of keys) {
+          if (spec.counted) {
+            const id = partId(key)
+            const current = counts.get(id)
+            if (current) current.n++
+            else counts.set(id, { key, n: 1 })
+            continue
+          }
           if (spec.unique) {
             const owner = owners.get(partId(key))
             if (owner !== undefined && owner !== doc._id) throw duplicate(this.name, spec.name)
@@ -640,7 +717,8 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
         }
       }
       for (const key of [...db.getKeys({})]) db.removeSync(key)
-      for (const key of entries) db.putSync(key, EMPTY)
+      if (spec.counted) for (const { key, n } of counts.values()) (db as Database<number, KeyPart[]>).putSync(key, n)
+      else for (const key of entries) (db as Database<Buffer, KeyPart[]>).putSync(key, EMPTY)
       const latest = ((this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []).filter(s => s.name !== spec.name)
       this.store.meta.putSync(this.name, [...latest, { ...wanted, ...(multikey ? { multikey: true } : {}) }])
     })
@@ -650,7 +728,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   /** Removes expired documents, `slices` slices of `slice` at most per TTL index; answers how many went. */
   async sweepExpired(now: number, slice: number, slices: number): Promise<number> {
     let removed = 0
-    for (const index of this.indexes) {
+    for (const index of this.plannable) {
       if (index.spec.expireAfterSeconds === undefined) continue
       const cutoff = now - index.spec.expireAfterSeconds * 1000
       const field = index.fields[0]!
@@ -691,7 +769,7 @@ function passes(chosen: IndexPlan, key: KeyPart[]): boolean {
 }
 
 function sameDefinition(a: StoredIndex, b: StoredIndex): boolean {
-  return isDeepStrictEqual(Object.entries(a.key), Object.entries(b.key)) && !!a.unique === !!b.unique && a.expireAfterSeconds === b.expireAfterSeconds
+  return isDeepStrictEqual(Object.entries(a.key), Object.entries(b.key)) && !!a.unique === !!b.unique && a.expireAfterSeconds === b.expireAfterSeconds && !!a.counted === !!b.counted
 }
 
 /** Whether two versions of a document hold exactly the same values on these fields (so the same index entries). */
@@ -803,6 +881,19 @@ export class LmdbStore implements Store {
     if (!db) {
       db = this.env.openDB<Buffer, KeyPart[]>({ name, encoding: 'binary' })
       this.indexDbs.set(name, db)
+    }
+    return db
+  }
+
+  private readonly countDbs = new Map<string, Database<number, KeyPart[]>>()
+
+  /** The numbers of one counted index, by key. */
+  countDb(collection: string, index: string): Database<number, KeyPart[]> {
+    const name = `n:${collection}:${index}`
+    let db = this.countDbs.get(name)
+    if (!db) {
+      db = this.env.openDB<number, KeyPart[]>({ name })
+      this.countDbs.set(name, db)
     }
     return db
   }

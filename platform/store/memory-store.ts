@@ -20,6 +20,7 @@ import {
 } from './types.js'
 import { type Clock, systemClock } from '../clock.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
+import { countByPipeline, countRowsOf, type CountRow, type CountValue } from './counted-index.js'
 import { applyBulkOp, type BulkTarget, clone, compiled, emptyBulk, fastFind, getPath, isPrimitive, pinnedValues, projectDocs, updatedCopy, upsertDocument } from './query.js'
 
 
@@ -321,6 +322,10 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
     const first = pipeline[0]
     const source = first && '$match' in first ? this.candidates(first.$match) : [...this.docs.values()]
     return clone(aggregate(source, pipeline) as R[])
+  }
+
+  async countBy(match: Record<string, CountValue>, fields: string[]): Promise<CountRow[]> {
+    return countRowsOf(await this.aggregate(countByPipeline(match, fields)), fields)
   }
 }
 

@@ -14,6 +14,7 @@ import {
   type Db,
 } from 'mongodb'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
+import { countByPipeline, countRowsOf, type CountRow, type CountValue } from './counted-index.js'
 import {
   type BulkOp,
   type BulkResult,
@@ -147,6 +148,10 @@ class MongoCollection<T extends Doc> implements Collection<T> {
 
   aggregate<R>(pipeline: Record<string, any>[]) {
     return this.run(() => this.inner.aggregate(pipeline, { allowDiskUse: true }).toArray() as Promise<R[]>)
+  }
+
+  async countBy(match: Record<string, CountValue>, fields: string[]): Promise<CountRow[]> {
+    return countRowsOf(await this.aggregate(countByPipeline(match, fields)), fields)
   }
 }
 

@@ -2,6 +2,8 @@
 // operators, pipelines); MongoStore hands those documents to the driver and MemoryStore
 // evaluates them in-process with mingo. Only the methods below exist, so both stay alike.
 
+import type { CountRow, CountValue } from './counted-index.js'
+
 export type Doc = { _id: string } & Record<string, any>
 export type Filter = Record<string, any>
 export type Update = Record<string, any>
@@ -18,6 +20,13 @@ export interface IndexSpec {
    * so a filter giving all N as plain values scans that partition instead of the collection.
    */
   partitionFields?: number
+  /**
+   * Embedded store: no entry per document, only the number of documents per distinct key, kept
+   * by each write's own transaction. `countDocuments` with plain equalities on the key's leading
+   * fields, and `countBy` over the rest, read those numbers instead of the documents; no query
+   * reads documents through it. Neither unique nor TTL. MongoStore builds a plain index.
+   */
+  counted?: boolean
 }
 
 export interface FindOptions {
@@ -78,6 +87,11 @@ export interface Collection<T extends Doc = Doc> {
   deleteMany(filter: Filter): Promise<number>
   bulkWrite(ops: BulkOp[], options?: { ordered?: boolean }): Promise<BulkResult>
   aggregate<R = Record<string, any>>(pipeline: Record<string, any>[]): Promise<R[]>
+  /**
+   * How many documents `match` (plain equalities) finds per distinct values of `fields`, a
+   * missing field counted as null: one row per group, in no particular order (counted-index.ts).
+   */
+  countBy(match: Record<string, CountValue>, fields: string[]): Promise<CountRow[]>
 }
 
 /** How a collection's documents are kept; every store answers the same either way. */

@@ -406,3 +406,35 @@ t.test('a $group added up in slices reads a path through arrays as mongod does',
     'a nested array is not descended into; a value that is an array is kept whole',
   )
 })
+
+t.test('a counted index answers counts without reading documents or entries, and its numbers outlive the process', async t => {
+  const path = tempDir(t)
+  const first = new LmdbStore({ path, sweepIntervalMs: 0 })
+  const contacts = first.collection('contacts')
+  const states = ['pending', 'in_progress', 'done']
+  await contacts.insertMany(Array.from({ length: 2000 }, (_, i) => ({ _id: `c${i}`, batchId: `b${i % 2}`, state: states[i % 3], outcome: i % 3 === 2 ? (i % 4 === 0 ? 'answered' : 'busy') : null })))
+  await first.ensureIndexes('contacts', [{ name: 'batch_state_outcome', key: { batchId: 1, state: 1, outcome: 1 }, counted: true }])
+  await contacts.updateMany({ batchId: 'b0', state: 'pending' }, { $set: { state: 'done', outcome: 'answered' } })
+  const expected = async (c: typeof contacts) => {
+    const docs = await c.find({ batchId: 'b0' })
+    return { total: docs.length, done: docs.filter(d => d.state === 'done').length, answered: docs.filter(d => d.state === 'done' && d.outcome === 'answered').length }
+  }
+  const want = await expected(contacts)
+  const read = { ...first.reads }
+  const rows = await contacts.countBy({ batchId: 'b0', state: 'done' }, ['outcome'])
+  t.equal(rows.find(r => r.values[0] === 'answered')?.n, want.answered)
+  t.equal(await contacts.countDocuments({ batchId: 'b0', state: 'done' }), want.done)
+  t.equal(await contacts.countDocuments({ batchId: 'b0' }), want.total)
+  t.same(first.reads, read, 'no document and no index entry was read')
+  await first.close()
+
+  const second = new LmdbStore({ path, sweepIntervalMs: 0 })
+  t.teardown(() => second.close())
+  const again = second.collection('contacts')
+  t.equal(await again.countDocuments({ batchId: 'b0', state: 'done' }), want.done, 'the numbers after reopening')
+  t.same(second.reads, { keys: 0, documents: 0 })
+  // An array in a counted field: the numbers count entries, not documents, so they are no longer used.
+  await again.insertOne({ _id: 'multi', batchId: 'b0', state: 'done', outcome: ['answered', 'busy'] })
+  t.equal(await again.countDocuments({ batchId: 'b0', state: 'done' }), want.done + 1, 'multikey: counted from the documents')
+  t.ok(second.reads.documents > 0)
+})

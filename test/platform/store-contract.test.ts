@@ -243,6 +243,58 @@ for (const kind of ['memory', 'lmdb', 'mongo'] as const) {
       t.same(await c.aggregate([{ $match: { accountId: 'acme', crew_id: 'b' } }, { $group: { _id: '$crew_id', n: { $sum: 1 } } }]), [{ _id: 'b', n: 2 }])
     })
 
+    t.test('countBy and countDocuments over a counted index follow every kind of write (and agree with the documents)', async t => {
+      const [c, name] = fresh('counted')
+      type Row = { values: unknown[]; n: number }
+      const sorted = (rows: Row[]) => [...rows].sort((a, b) => JSON.stringify(a.values).localeCompare(JSON.stringify(b.values)))
+      /** The groups counted from the documents themselves (find is proven by the tests above). */
+      const fromDocs = async (match: Record<string, unknown>, fields: string[]) => {
+        const groups = new Map<string, Row>()
+        for (const doc of await c.find(match)) {
+          const values = fields.map(f => doc[f] ?? null)
+          const row = groups.get(JSON.stringify(values)) ?? { values, n: 0 }
+          row.n++
+          groups.set(JSON.stringify(values), row)
+        }
+        return sorted([...groups.values()])
+      }
+      const check = async (step: string) => {
+        for (const batchId of ['b1', 'b2', 'none']) {
+          t.same(sorted(await c.countBy({ batchId }, ['state', 'outcome'])), await fromDocs({ batchId }, ['state', 'outcome']), `${step}: ${batchId} by state and outcome`)
+          t.same(sorted(await c.countBy({ batchId, state: 'done' }, ['outcome'])), await fromDocs({ batchId, state: 'done' }, ['outcome']), `${step}: ${batchId} done by outcome`)
+          t.equal(await c.countDocuments({ batchId }), (await c.find({ batchId })).length, `${step}: ${batchId} count`)
+          for (const state of ['pending', 'in_progress', 'done']) t.equal(await c.countDocuments({ batchId, state }), (await c.find({ batchId, state })).length, `${step}: ${batchId} ${state} count`)
+        }
+      }
+      const contact = (id: string, batchId: string, state: string, outcome?: string | null) => ({ _id: id, batchId, state, ...(outcome === undefined ? {} : { outcome }) })
+      // Some documents before the index is declared: it starts from them.
+      await c.insertMany([contact('a1', 'b1', 'pending'), contact('a2', 'b1', 'done', 'answered'), contact('a3', 'b2', 'done', null)])
+      await store.ensureIndexes(name, [{ name: 'batch_state_outcome', key: { batchId: 1, state: 1, outcome: 1 }, counted: true }])
+      await check('declared')
+      await c.insertMany([contact('a4', 'b1', 'pending'), contact('a5', 'b1', 'pending'), contact('a6', 'b2', 'in_progress'), contact('a7', 'b1', 'done', 'busy')])
+      await check('inserted')
+      await c.updateOne({ _id: 'a1' }, { $set: { state: 'in_progress' } })
+      await c.findOneAndUpdate({ _id: 'a6', state: 'in_progress' }, { $set: { state: 'done', outcome: 'answered' } }, { returnDocument: 'before' })
+      await c.updateOne({ _id: 'a7' }, { $unset: { outcome: '' } })
+      await c.updateOne({ _id: 'a2' }, { $set: { note: 'not a counted field' } })
+      await check('updated one by one')
+      await c.updateMany({ batchId: 'b1', state: 'pending' }, { $set: { state: 'done', outcome: 'no_answer' } })
+      await check('updateMany')
+      await c.bulkWrite([
+        { insertOne: { document: contact('a8', 'b2', 'pending') } },
+        { updateOne: { filter: { _id: 'a3' }, update: { $set: { state: 'pending' } } } },
+        { updateOne: { filter: { _id: 'a9' }, update: { $set: { batchId: 'b2', state: 'done', outcome: 'busy' } }, upsert: true } },
+        { deleteOne: { filter: { _id: 'a4' } } },
+      ])
+      await check('bulkWrite')
+      t.ok(await failure(c.insertOne(contact('a8', 'b1', 'done', 'answered'))), 'a duplicate _id is refused')
+      await check('a refused insert moves nothing')
+      await c.updateOne({ _id: 'a5' }, { $set: { batchId: 'b2' } })
+      await c.deleteMany({ batchId: 'b2', state: 'pending' })
+      await check('moved and deleted')
+      t.same(await c.countBy({ batchId: 'b1' }, []), [{ values: [], n: await c.countDocuments({ batchId: 'b1' }) }], 'no fields: one row')
+    })
+
     t.test('updateOne: operators and counts', async t => {
       const [c] = fresh('update')
       const created = at('2026-02-01T10:00:00Z')
