@@ -17,6 +17,11 @@
 //     (DIALER_SIM_LATENCY_MS=0), DISPATCH_ROOM in flight, cycles back to back for DISPATCH_MS
 //     (a cycle that finds no room waits 1 ms for settlements), then the drain, included. A
 //     sustained rate: one wave of DISPATCH_ROOM attempts would time a single claim round.
+//   - progress read: `GET /dialer/v1/batches/{id}` over HTTP (what a CRM polls), whose progress
+//     the embedded store answers from its counted index; baseline: the same progress computed
+//     the way it was before, by reading the batch (state counts over the selection index's
+//     entries, then the done contacts grouped by ending), on the same store, same run. Both
+//     must give the same numbers. Also the loop's longest stall during each.
 // Embedded store only: the MongoDB path in tests is a wire-protocol test server
 // (test/support/mongo-wire-server.py, mongomock) that scans whole collections in Python; at
 // 100k contacts a single selection query takes longer than this bench's budget, so it is not
@@ -187,6 +192,103 @@ async function latency(n: number): Promise<LatencyRow> {
   return row
 }
 
+interface ProgressRow {
+  contacts: number
+  done: number
+  reads: number
+  readP50Ms: number
+  readP99Ms: number
+  readStallMaxMs: number
+  baselineReads: number
+  baselineP50Ms: number
+  baselineStallMaxMs: number
+  same: boolean
+}
+
+const base = `http://127.0.0.1:${service.port}`
+const KEY = 'bench-dialer-key-0000000000'
+const PROGRESS_READS = 20
+const BASELINE_READS = 3
+
+/** Progress as it was computed before counted indexes: by reading the batch's index entries and done contacts. */
+async function progressByReading() {
+  const progress = { pending: 0, inProgress: 0, done: 0, cancelled: 0, byOutcome: {} as Record<string, number> }
+  // `$in` of one state: the same count, but one the counted index does not take (plain equalities only).
+  const [pending, inProgress, cancelled, done] = await Promise.all(['pending', 'in_progress', 'cancelled', 'done'].map(state => contacts.countDocuments({ batchId, state: { $in: [state] } })))
+  Object.assign(progress, { pending, inProgress, cancelled, done })
+  const rows = await contacts.aggregate<{ _id: { outcome?: string | null; reason?: string | null }; n: number }>([
+    { $match: { batchId, state: 'done' } },
+    { $group: { _id: { outcome: '$lastOutcome', reason: '$doneReason' }, n: { $sum: 1 } } },
+  ])
+  for (const { _id, n } of rows) {
+    const key = _id.reason === 'blocked' ? 'blocked' : (_id.outcome ?? _id.reason ?? 'unknown')
+    progress.byOutcome[key] = (progress.byOutcome[key] ?? 0) + n
+  }
+  return progress
+}
+
+/** `work` timed, with the loop's longest stall meanwhile (a 1 ms timer's lateness). */
+async function timedWithStall<R>(work: () => Promise<R>): Promise<{ ms: number; stallMs: number; result: R }> {
+  let last = performance.now()
+  let stall = 0
+  const probe = setInterval(() => {
+    const now = performance.now()
+    stall = Math.max(stall, now - last - 1)
+    last = now
+  }, 1)
+  const t0 = process.hrtime.bigint()
+  try {
+    const result = await work()
+    return { ms: ms(t0), stallMs: Math.max(stall, performance.now() - last - 1), result }
+  } finally {
+    clearInterval(probe)
+  }
+}
+
+const sortedKeys = (o: Record<string, number>) => Object.fromEntries(Object.entries(o).sort(([a], [b]) => a.localeCompare(b)))
+
+async function progressRead(n: number): Promise<ProgressRow> {
+  const get = async () => {
+    const res = await fetch(`${base}/dialer/v1/batches/${batchId}`, { headers: { apikey: KEY } })
+    if (res.status !== 200) throw new Error(`GET batch: ${res.status}`)
+    return ((await res.json()) as { progress: Awaited<ReturnType<typeof progressByReading>> }).progress
+  }
+  await get() // warm
+  const reads: { ms: number; stallMs: number }[] = []
+  let answer = await get()
+  for (let i = 0; i < PROGRESS_READS; i++) {
+    const r = await timedWithStall(get)
+    reads.push(r)
+    answer = r.result
+  }
+  const baseline: { ms: number; stallMs: number }[] = []
+  let expected = await progressByReading()
+  for (let i = 0; i < BASELINE_READS; i++) {
+    const r = await timedWithStall(progressByReading)
+    baseline.push(r)
+    expected = r.result
+  }
+  const same = JSON.stringify({ ...answer, byOutcome: sortedKeys(answer.byOutcome) }) === JSON.stringify({ ...expected, byOutcome: sortedKeys(expected.byOutcome) })
+  if (!same) console.log('progress differs:', JSON.stringify(answer), JSON.stringify(expected))
+  const row: ProgressRow = {
+    contacts: n,
+    done: answer.done,
+    reads: reads.length,
+    readP50Ms: round(quantile(reads.map(r => r.ms), 0.5), 2),
+    readP99Ms: round(quantile(reads.map(r => r.ms), 0.99), 2),
+    readStallMaxMs: round(Math.max(...reads.map(r => r.stallMs)), 1),
+    baselineReads: baseline.length,
+    baselineP50Ms: round(quantile(baseline.map(r => r.ms), 0.5), 1),
+    baselineStallMaxMs: round(Math.max(...baseline.map(r => r.stallMs)), 1),
+    same,
+  }
+  console.log(
+    `${n} contacts (${row.done} done): GET batch p50 ${row.readP50Ms} ms p99 ${row.readP99Ms} ms (loop stall max ${row.readStallMaxMs} ms); ` +
+      `by reading the batch p50 ${row.baselineP50Ms} ms (stall max ${row.baselineStallMaxMs} ms); same numbers: ${same}`,
+  )
+  return row
+}
+
 interface DispatchRow {
   contacts: number
   complete: boolean
@@ -217,6 +319,7 @@ async function dispatch(n: number): Promise<DispatchRow> {
 
 const latencyRows: LatencyRow[] = []
 const dispatchRows: DispatchRow[] = []
+const progressRows: ProgressRow[] = []
 try {
   for (const n of [SMALL, LARGE]) {
     if (pastDeadline()) break
@@ -224,6 +327,7 @@ try {
     console.log(`seeded ${n} contacts (${seedSeconds[n]} s for this step)`)
     latencyRows.push(await latency(n))
     if (!pastDeadline()) dispatchRows.push(await dispatch(n))
+    if (!pastDeadline()) progressRows.push(await progressRead(n))
   }
 } finally {
   await scheduler.stop()
@@ -239,7 +343,12 @@ const table = [
     return `| ${r.contacts}${cut} | ${r.cycleP50Ms} | ${r.cycleP99Ms} | ${r.queryP50Ms} | ${r.queryP99Ms} | ${r.cycleOverQuery} | ${d ? d.attemptsPerSecond : '-'} |`
   }),
 ].join('\n')
-console.log('\n' + table + '\n')
+const progressTable = [
+  '| contacts in the batch (done) | GET batch p50 ms | p99 ms | loop stall max ms | baseline: progress by reading the batch, p50 ms | its stall max ms | same numbers |',
+  '|---:|---:|---:|---:|---:|---:|:---|',
+  ...progressRows.map(r => `| ${r.contacts} (${r.done}) | ${r.readP50Ms} | ${r.readP99Ms} | ${r.readStallMaxMs} | ${r.baselineP50Ms} | ${r.baselineStallMaxMs} | ${r.same ? 'yes' : 'NO'} |`),
+].join('\n')
+console.log('\n' + table + '\n\n' + progressTable + '\n')
 
 writeResults(import.meta.url, started, {
   ...runHeader(started),
@@ -255,4 +364,5 @@ writeResults(import.meta.url, started, {
   },
   latency: latencyRows,
   dispatch: dispatchRows,
+  progress: progressRows,
 })
