@@ -64,16 +64,36 @@ export function keyValue(rank: number, payload: KeyPart): CountValue | undefined
 export const countable = (value: unknown): value is CountValue =>
   value === null || typeof value === 'number' || typeof value === 'boolean' || value instanceof Date || (typeof value === 'string' && !mayBeCut([RANK.string, value]))
 
+/** Most key ranges one counted read takes (the product of its `$in` lists). */
+const MAX_PREFIXES = 64
+
+/** The values an equality allows: a plain value, or a `$in` of plain values; undefined for anything else. */
+function allowed(condition: unknown): CountValue[] | undefined {
+  if (countable(condition)) return [condition]
+  if (condition === null || typeof condition !== 'object' || Object.keys(condition).length !== 1) return undefined
+  const values = (condition as { $in?: unknown }).$in
+  if (!Array.isArray(values) || values.length === 0 || !values.every(countable)) return undefined
+  // Equal values once (a count per value would count their documents twice).
+  return [...new Map(values.map(v => [JSON.stringify([typeof v, v instanceof Date ? v.getTime() : v]), v])).values()]
+}
+
 /**
- * How a counted index with these fields answers a count: the key positions the equalities pin
- * (they must be its leading fields) and those of the fields to group by, or null when it cannot.
+ * How a counted index with these fields answers a count: the value tuples of its leading fields
+ * that the equalities (or `$in`s) allow, one key range each, and the key positions of the fields
+ * to group by; null when it cannot.
  */
-export function countPlan(indexFields: string[], match: Record<string, unknown>, fields: string[]): { prefix: string[]; groupPositions: number[] } | null {
+export function countPlan(indexFields: string[], match: Record<string, unknown>, fields: string[]): { prefixes: CountValue[][]; groupPositions: number[] } | null {
   const pinned = Object.keys(match)
   if (pinned.length > indexFields.length) return null
   const prefix = indexFields.slice(0, pinned.length)
-  if (!pinned.every(field => prefix.includes(field) && countable(match[field]))) return null
+  let prefixes: CountValue[][] = [[]]
+  for (const field of prefix) {
+    const values = pinned.includes(field) ? allowed(match[field]) : undefined
+    if (!values) return null
+    prefixes = prefixes.flatMap(p => values.map(v => [...p, v]))
+    if (prefixes.length > MAX_PREFIXES) return null
+  }
   const groupPositions = fields.map(field => indexFields.indexOf(field))
   if (groupPositions.some(p => p < pinned.length)) return null
-  return { prefix, groupPositions }
+  return { prefixes, groupPositions }
 }

@@ -195,7 +195,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
    * stays: dropping it (mdb_drop) left this process's later reads of the j: database seeing
    * nothing (seen live: a report of 5 sessions answered 0 until the next start).
    */
-  private async empty(db: Database<T, string>) {
+  private async empty(db: Database<any, any>) {
     await this.inSlices(started => {
       const keys = [...db.getKeys({ limit: WRITE_SLICE })]
       for (const [i, key] of keys.entries()) {
@@ -412,15 +412,17 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       if (!index.counts || index.multikey) continue
       const how = countPlan(index.fields, match, fields)
       if (!how) continue
-      const start: KeyPart[] = how.prefix.flatMap(field => encodeValue(match[field]))
       const rows = new Map<string, CountRow>()
-      for (const { key, value } of index.counts.getRange({ start, end: [...start, KEY_MAX as unknown as KeyPart] })) {
-        const values = how.groupPositions.map(p => keyValue(key[p * 2] as number, key[p * 2 + 1]!))
-        if (values.some(v => v === undefined)) return undefined
-        const id = partId(how.groupPositions.flatMap(p => [key[p * 2]!, key[p * 2 + 1]!]))
-        const row = rows.get(id)
-        if (row) row.n += value
-        else rows.set(id, { values: values as CountValue[], n: value })
+      for (const prefix of how.prefixes) {
+        const start: KeyPart[] = prefix.flatMap(value => encodeValue(value))
+        for (const { key, value } of index.counts.getRange({ start, end: [...start, KEY_MAX as unknown as KeyPart] })) {
+          const values = how.groupPositions.map(p => keyValue(key[p * 2] as number, key[p * 2 + 1]!))
+          if (values.some(v => v === undefined)) return undefined
+          const id = partId(how.groupPositions.flatMap(p => [key[p * 2]!, key[p * 2 + 1]!]))
+          const row = rows.get(id)
+          if (row) row.n += value
+          else rows.set(id, { values: values as CountValue[], n: value })
+        }
       }
       return [...rows.values()]
     }
@@ -687,6 +689,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     const current = stored.find(s => s.name === spec.name)
     if (current && sameDefinition(current, wanted)) {
       if (!this.indexes.some(i => i.name === spec.name)) this.loadIndexes()
+      this.emptyOtherKind(spec)
       return
     }
     const db = spec.counted ? this.store.countDb(this.name, spec.name) : this.store.indexDb(this.name, spec.name)
@@ -723,6 +726,19 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       this.store.meta.putSync(this.name, [...latest, { ...wanted, ...(multikey ? { multikey: true } : {}) }])
     })
     this.loadIndexes()
+    this.emptyOtherKind(spec)
+  }
+
+  /**
+   * An index declared as the other kind before (entries, now counted, or back) left a database
+   * nothing reads: emptied in the background a slice at a time, as a move to JSON does (a start
+   * cut short by a restart is taken up by the next one).
+   */
+  private emptyOtherKind(spec: IndexSpec) {
+    const other = spec.counted ? this.store.indexDb(this.name, spec.name) : this.store.existingCountDb(this.name, spec.name)
+    if (!other || other.getCount() === 0) return
+    const emptied = this.empty(other).catch(error => this.store.logger?.error('store: emptying an index of the other kind failed; the next start goes on', { collection: this.name, index: spec.name, error }))
+    this.store.background(emptied)
   }
 
   /** Removes expired documents, `slices` slices of `slice` at most per TTL index; answers how many went. */
@@ -804,6 +820,8 @@ export class LmdbStore implements Store {
   private readonly ttl: { slice: number; slices: number }
   private readonly sweeper?: NodeJS.Timeout
   private sweeping?: Promise<unknown>
+  /** Background chores (an index of the other kind being emptied): close() waits for their current slice. */
+  private readonly chores = new Set<Promise<unknown>>()
   /** Set when close() starts: background work stops at its next step. */
   closed = false
 
@@ -898,9 +916,22 @@ export class LmdbStore implements Store {
     return db
   }
 
+  /** A counted index's numbers when that database exists (an entry index never creates one). */
+  existingCountDb(collection: string, index: string): Database<number, KeyPart[]> | undefined {
+    const name = `n:${collection}:${index}`
+    if (this.countDbs.has(name)) return this.countDbs.get(name)
+    return (this.env.openDB<number, KeyPart[]>({ name, create: false } as { name: string }) as Database<number, KeyPart[]> | undefined) ?? undefined
+  }
+
   /** A named database of its own in the same environment (the durable work queues). */
   database<V>(name: string): Database<V, KeyPart | KeyPart[]> {
     return this.env.openDB<V, KeyPart | KeyPart[]>({ name })
+  }
+
+  /** Tracks a background chore so that close() waits for it (it stops at its next slice). */
+  background(chore: Promise<unknown>) {
+    this.chores.add(chore)
+    void chore.finally(() => this.chores.delete(chore))
   }
 
   async close() {
@@ -909,6 +940,7 @@ export class LmdbStore implements Store {
     clearInterval(this.sweeper)
     await this.sweeping?.catch(() => undefined)
     await this.moved()
+    await Promise.all(this.chores)
     await this.env.close()
   }
 }

@@ -438,3 +438,28 @@ t.test('a counted index answers counts without reading documents or entries, and
   t.equal(await again.countDocuments({ batchId: 'b0', state: 'done' }), want.done + 1, 'multikey: counted from the documents')
   t.ok(second.reads.documents > 0)
 })
+
+t.test('an index declared counted after it had entries: counts from the start, its old entries emptied in the background', async t => {
+  const path = tempDir(t)
+  const first = new LmdbStore({ path, sweepIntervalMs: 0 })
+  await first.ensureIndexes('contacts', [{ name: 'account_state', key: { accountId: 1, state: 1 } }])
+  const contacts = first.collection('contacts')
+  await contacts.insertMany(Array.from({ length: WRITE_SLICE * 3 }, (_, i) => ({ _id: `c${i}`, accountId: `a${i % 2}`, state: i % 3 === 0 ? 'in_progress' : 'pending' })))
+  t.equal(first.indexDb('contacts', 'account_state').getCount(), WRITE_SLICE * 3)
+  await first.close()
+
+  const second = new LmdbStore({ path, sweepIntervalMs: 0 })
+  t.teardown(() => second.close())
+  await second.ensureIndexes('contacts', [{ name: 'account_state', key: { accountId: 1, state: 1 }, counted: true }])
+  const again = second.collection('contacts')
+  const inFlight = (await again.find({ accountId: 'a0', state: 'in_progress' })).length
+  const reads = { ...second.reads }
+  t.equal(await again.countDocuments({ accountId: 'a0', state: 'in_progress' }), inFlight)
+  t.equal(await again.countDocuments({ accountId: 'a0', state: { $in: ['pending', 'in_progress'] } }), WRITE_SLICE * 3 / 2)
+  t.same(second.reads, reads, 'answered from the numbers')
+  await again.updateOne({ _id: 'c0' }, { $set: { state: 'done' } })
+  t.equal(await again.countDocuments({ accountId: 'a0', state: 'in_progress' }), inFlight - 1, 'a write moves the numbers')
+  const until = Date.now() + 10_000
+  while (second.indexDb('contacts', 'account_state').getCount() > 0 && Date.now() < until) await new Promise(r => setTimeout(r, 20))
+  t.equal(second.indexDb('contacts', 'account_state').getCount(), 0, 'the entries of before are gone')
+})

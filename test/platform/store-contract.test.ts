@@ -264,7 +264,11 @@ for (const kind of ['memory', 'lmdb', 'mongo'] as const) {
           t.same(sorted(await c.countBy({ batchId, state: 'done' }, ['outcome'])), await fromDocs({ batchId, state: 'done' }, ['outcome']), `${step}: ${batchId} done by outcome`)
           t.equal(await c.countDocuments({ batchId }), (await c.find({ batchId })).length, `${step}: ${batchId} count`)
           for (const state of ['pending', 'in_progress', 'done']) t.equal(await c.countDocuments({ batchId, state }), (await c.find({ batchId, state })).length, `${step}: ${batchId} ${state} count`)
+          const active = { batchId, state: { $in: ['pending', 'in_progress', 'pending'] } }
+          t.equal(await c.countDocuments(active), (await c.find(active)).length, `${step}: ${batchId} count of a $in (a value repeated)`)
         }
+        const both = { batchId: { $in: ['b1', 'b2'] }, state: 'done', outcome: null }
+        t.equal(await c.countDocuments(both), (await c.find(both)).length, `${step}: two batches, done without an outcome (missing or null)`)
       }
       const contact = (id: string, batchId: string, state: string, outcome?: string | null) => ({ _id: id, batchId, state, ...(outcome === undefined ? {} : { outcome }) })
       // Some documents before the index is declared: it starts from them.
