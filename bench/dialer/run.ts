@@ -40,6 +40,8 @@ import { COLLECTIONS, NO_PRIORITY_RANK, type ContactDoc } from '../../dialer/col
 import type { BatchDoc } from '../../dialer/batches.js'
 import { ManualClock, schedulerOf } from '../../dialer/scheduler/index.js'
 import { runHeader, writeResults } from '../support.js'
+import type { LmdbStore } from '../../platform/store/lmdb-store.js'
+import { encodeValue, KEY_MAX, type KeyPart } from '../../platform/store/index-keys.js'
 
 const SMALL = Number(process.env.DIALER_BENCH_SMALL ?? 100_000)
 const LARGE = Number(process.env.DIALER_BENCH_LARGE ?? 1_000_000)
@@ -213,8 +215,13 @@ const BASELINE_READS = 3
 /** Progress as it was computed before counted indexes: by reading the batch's index entries and done contacts. */
 async function progressByReading() {
   const progress = { pending: 0, inProgress: 0, done: 0, cancelled: 0, byOutcome: {} as Record<string, number> }
-  // `$in` of one state: the same count, but one the counted index does not take (plain equalities only).
-  const [pending, inProgress, cancelled, done] = await Promise.all(['pending', 'in_progress', 'cancelled', 'done'].map(state => contacts.countDocuments({ batchId, state: { $in: [state] } })))
+  // Each state's count walks the selection index's entries of the batch in that state, as
+  // countDocuments({ batchId, state }) did before the counted index answered it.
+  const entries = (platform.store as LmdbStore).indexDb(COLLECTIONS.contacts, 'batch_state_rank_next')
+  const [pending, inProgress, cancelled, done] = ['pending', 'in_progress', 'cancelled', 'done'].map(state => {
+    const start = [...encodeValue(batchId), ...encodeValue(state)]
+    return entries.getKeysCount({ start, end: [...start, KEY_MAX as unknown as KeyPart] })
+  })
   Object.assign(progress, { pending, inProgress, cancelled, done })
   const rows = await contacts.aggregate<{ _id: { outcome?: string | null; reason?: string | null }; n: number }>([
     { $match: { batchId, state: 'done' } },
