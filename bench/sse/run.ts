@@ -105,8 +105,6 @@ export function startServer(mode: string, env: Record<string, string> = {}): Pro
         '--expose-gc',
         '--max-old-space-size=4096',
         ...(process.env.BENCH_TRACE_GC ? ['--trace-gc'] : []),
-        // A CPU profile of the server, written to this directory when it stops.
-        ...(process.env.BENCH_CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : []),
       ],
       env: { ...process.env, BENCH_CREWS_FILE: crewsFile(), ...env },
       stdio: ['ignore', process.env.BENCH_TRACE_GC ? 'inherit' : 'ignore', 'inherit', 'ipc'],
