@@ -8,7 +8,8 @@
 // `GET` of a batch with a million contacts read them all (a sliced read of ~10 s), now it reads a
 // dozen numbers. The numbers move inside the transaction that writes the document, so a crash
 // never leaves them apart from the documents.
-import { RANK, mayBeCut, type KeyPart } from './index-keys.js'
+import { MAX_KEY_STRING, RANK, mayBeCut, type KeyPart } from './index-keys.js'
+import { keyText } from './sliced-group.js'
 
 /** Plain values a counted read can match on (and a group's values, null for a missing field). */
 export type CountValue = string | number | boolean | null | Date
@@ -31,7 +32,7 @@ export function countRowsOf(groups: { _id: Record<string, unknown>; n: number }[
   const rows = new Map<string, CountRow>()
   for (const group of groups) {
     const values = fields.map((_, i) => (group._id[`k${i}`] ?? null) as CountValue)
-    const id = JSON.stringify(values)
+    const id = keyText(values)
     const row = rows.get(id)
     if (row) row.n += group.n
     else rows.set(id, { values, n: group.n })
@@ -48,7 +49,7 @@ export function keyValue(rank: number, payload: KeyPart): CountValue | undefined
     case RANK.null:
       return null
     case RANK.number:
-      return payload as number
+      return payload === -Infinity ? undefined : (payload as number) // or NaN
     case RANK.string:
       return mayBeCut([rank, payload]) ? undefined : (payload as string)
     case RANK.boolean:
@@ -60,9 +61,14 @@ export function keyValue(rank: number, payload: KeyPart): CountValue | undefined
   }
 }
 
-/** Whether `value` is one a counted index can match exactly (a cut string cannot be told apart). */
+/** Whether `value` is one a counted index can match exactly (a string of the key's length or longer may have been cut). */
 export const countable = (value: unknown): value is CountValue =>
-  value === null || typeof value === 'number' || typeof value === 'boolean' || value instanceof Date || (typeof value === 'string' && !mayBeCut([RANK.string, value]))
+  value === null ||
+  typeof value === 'boolean' ||
+  // NaN is keyed as -Infinity: neither can tell the two apart.
+  (typeof value === 'number' && !Number.isNaN(value) && value !== -Infinity) ||
+  (value instanceof Date && !Number.isNaN(value.getTime())) ||
+  (typeof value === 'string' && value.length < MAX_KEY_STRING)
 
 /** Most key ranges one counted read takes (the product of its `$in` lists). */
 const MAX_PREFIXES = 64

@@ -59,7 +59,14 @@ function valueAt(value: unknown, path: Path, from = 0): unknown {
   return valueAt((value as Record<string, unknown>)[path[from]!], path, from + 1)
 }
 
-const keyText = (v: unknown) => JSON.stringify(v, (_, x) => (x instanceof Date ? { $date: x.getTime() } : x === undefined ? null : x))
+/** A group key as text: JSON, with what JSON would merge kept apart (a Date and its number, NaN, ±Infinity and null). */
+export const keyText = (v: unknown) =>
+  JSON.stringify(v, function (this: Record<string, unknown>, name, x) {
+    const raw = this[name] // before Date#toJSON
+    if (raw instanceof Date) return { $date: raw.getTime() }
+    if (typeof x === 'number' && !Number.isFinite(x)) return { $number: String(x) }
+    return x === undefined ? null : x
+  })
 
 /** Groups `docs` (lazily read) by `plan`, yielding to the loop every GROUP_SLICE documents read. */
 export async function groupInSlices<R>(docs: Iterable<Record<string, unknown>>, matches: (doc: any) => boolean, plan: Plan): Promise<R[]> {

@@ -463,3 +463,20 @@ t.test('an index declared counted after it had entries: counts from the start, i
   while (second.indexDb('contacts', 'account_state').getCount() > 0 && Date.now() < until) await new Promise(r => setTimeout(r, 20))
   t.equal(second.indexDb('contacts', 'account_state').getCount(), 0, 'the entries of before are gone')
 })
+
+t.test('a counted index never answers for values its keys cannot tell apart', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  await store.ensureIndexes('things', [{ name: 'k_n', key: { k: 1, n: 1 }, counted: true }])
+  const things = store.collection('things')
+  const long = 'x'.repeat(150)
+  await things.insertMany([
+    { _id: 'nan', k: 'a', n: NaN },
+    { _id: 'minus-infinity', k: 'a', n: -Infinity },
+    { _id: 'long', k: long, n: 1 },
+    { _id: 'long-too', k: `${long}y`, n: 1 },
+  ])
+  t.equal(await things.countDocuments({ k: 'a', n: -Infinity }), 1, '-Infinity (NaN has the same key) counted from the documents')
+  t.equal(await things.countDocuments({ k: long }), 1, 'two strings that share their first 100 characters are told apart')
+  t.same((await things.countBy({ k: 'a' }, ['n'])).length, 2, 'grouped apart')
+})
