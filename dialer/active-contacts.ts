@@ -1,5 +1,10 @@
-// The account cap's count of active contacts (pending or in progress), kept as a counter per
-// account instead of counted over every contact on each load request.
+// The account cap's count of active contacts (pending or in progress), never counted over every
+// contact on each load request.
+//
+// On a store that keeps counted indexes (the embedded one: Store.keepsCounts), it is read from
+// the numbers of `account_state`, which every contact write moves inside its own transaction:
+// nothing to reconcile, nothing a crash can leave behind. The rest of this module is for MongoDB,
+// where a count over that index reads an entry per active contact: a counter per account.
 //
 // Each contact carries `capCounted`: whether it is in its account's counter. After any write that
 // may move contacts in or out of the active states, the writer reconciles those contacts: a
@@ -34,6 +39,8 @@ const ACTIVE = { $in: ACTIVE_CONTACT_STATES }
 export class ActiveContacts {
   private readonly contacts: Collection<ContactDoc>
   private readonly counters: Collection<CounterDoc>
+  /** The store answers the count from account_state's numbers: no counter is kept. */
+  private readonly keptByStore: boolean
   private migrated = false
   private stopped = false
   private migration: Promise<void> | undefined
@@ -41,16 +48,18 @@ export class ActiveContacts {
   constructor(private readonly store: Store) {
     this.contacts = store.collection<ContactDoc>(COLLECTIONS.contacts)
     this.counters = store.collection<CounterDoc>(ACCOUNT_COUNTERS)
+    this.keptByStore = store.keepsCounts
   }
 
-  /** The account's active contacts: the counter, or a count until older contacts are in it. */
+  /** The account's active contacts: the store's numbers, the counter, or a count until older contacts are in it. */
   async count(accountId: string): Promise<number> {
-    if (!this.migrated) return this.contacts.countDocuments({ accountId, state: ACTIVE })
+    if (this.keptByStore || !this.migrated) return this.contacts.countDocuments({ accountId, state: ACTIVE })
     return (await this.counters.findOne({ _id: accountId }))?.activeContacts ?? 0
   }
 
   /** Brings the counter in line with these contacts' states (any subset of one account's contacts). */
   async reconcile(accountId: string, scope: { ids: string[] } | { batchId: string; identifiers: string[] }) {
+    if (this.keptByStore) return
     // One id as a plain value: the embedded store looks that up directly.
     const which =
       'ids' in scope
@@ -69,6 +78,11 @@ export class ActiveContacts {
    */
   async deleteBatch(accountId: string, batchId: string) {
     for (let round = 0; round < 10; round++) {
+      if (this.keptByStore) {
+        await this.contacts.deleteMany({ batchId })
+        if ((await this.contacts.countDocuments({ batchId })) === 0) return
+        continue
+      }
       const uncounted = await this.contacts.updateMany({ batchId, capCounted: true }, { $set: { capCounted: false } })
       await this.move(accountId, -uncounted.modifiedCount)
       await this.contacts.deleteMany({ batchId, capCounted: { $ne: true } })
@@ -86,6 +100,7 @@ export class ActiveContacts {
    * slice before returning, the rest in the background, a slice at a time.
    */
   async start(logger: Logger) {
+    if (this.keptByStore) return
     if (await this.store.collection(MIGRATIONS).findOne({ _id: MIGRATION_ID })) {
       this.migrated = true
       return

@@ -809,6 +809,7 @@ export const embeddedStorePath = (dataDir: string) => join(dataDir, 'db')
 
 export class LmdbStore implements Store {
   readonly kind = 'lmdb' as const
+  readonly keepsCounts = true
   /** Index entries and documents read by queries since the store opened (what a plan costs). */
   readonly reads = { keys: 0, documents: 0 }
   /** How long this thread's write transactions held its loop, and how long each write waited (see write-holds.ts). */

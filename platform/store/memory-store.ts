@@ -331,6 +331,7 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
 
 export class MemoryStore implements Store {
   readonly kind = 'memory' as const
+  readonly keepsCounts = false
   private readonly collections = new Map<string, MemoryCollection<any>>()
   private readonly sweeper: NodeJS.Timeout
 

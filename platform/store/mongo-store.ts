@@ -157,6 +157,7 @@ class MongoCollection<T extends Doc> implements Collection<T> {
 
 export class MongoStore implements Store {
   readonly kind = 'mongo' as const
+  readonly keepsCounts = false
   private closing = false
   private reconnecting = false
   private constructor(private readonly client: MongoClient, private readonly db: Db) {}

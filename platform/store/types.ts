@@ -107,6 +107,12 @@ export interface CollectionOptions {
 
 export interface Store {
   readonly kind: 'memory' | 'lmdb' | 'mongo'
+  /**
+   * countDocuments over a counted index's leading fields reads numbers the store keeps in each
+   * write's transaction (the embedded store): constant time, exact after a crash. false: it counts
+   * index entries (MongoDB, the memory store), so callers keep counters of their own.
+   */
+  readonly keepsCounts: boolean
   /** Where another thread of this process can open the same database (the embedded store); absent: it cannot. */
   readonly sharedPath?: string
   /** Every caller of one collection passes the same options. */
