@@ -252,6 +252,18 @@ async function timedWithStall<R>(work: () => Promise<R>): Promise<{ ms: number; 
   }
 }
 
+/** `work` once to warm up, then `times` timed runs; the last run's answer. */
+async function series<R>(work: () => Promise<R>, times: number) {
+  let last = await work()
+  const timings: { ms: number; stallMs: number }[] = []
+  for (let i = 0; i < times; i++) {
+    const run = await timedWithStall(work)
+    timings.push(run)
+    last = run.result
+  }
+  return { timings, last }
+}
+
 const sortedKeys = (o: Record<string, number>) => Object.fromEntries(Object.entries(o).sort(([a], [b]) => a.localeCompare(b)))
 
 async function progressRead(n: number): Promise<ProgressRow> {
@@ -260,21 +272,8 @@ async function progressRead(n: number): Promise<ProgressRow> {
     if (res.status !== 200) throw new Error(`GET batch: ${res.status}`)
     return ((await res.json()) as { progress: Awaited<ReturnType<typeof progressByReading>> }).progress
   }
-  await get() // warm
-  const reads: { ms: number; stallMs: number }[] = []
-  let answer = await get()
-  for (let i = 0; i < PROGRESS_READS; i++) {
-    const r = await timedWithStall(get)
-    reads.push(r)
-    answer = r.result
-  }
-  const baseline: { ms: number; stallMs: number }[] = []
-  let expected = await progressByReading()
-  for (let i = 0; i < BASELINE_READS; i++) {
-    const r = await timedWithStall(progressByReading)
-    baseline.push(r)
-    expected = r.result
-  }
+  const { timings: reads, last: answer } = await series(get, PROGRESS_READS)
+  const { timings: baseline, last: expected } = await series(progressByReading, BASELINE_READS)
   const same = JSON.stringify({ ...answer, byOutcome: sortedKeys(answer.byOutcome) }) === JSON.stringify({ ...expected, byOutcome: sortedKeys(expected.byOutcome) })
   if (!same) console.log('progress differs:', JSON.stringify(answer), JSON.stringify(expected))
   const row: ProgressRow = {
