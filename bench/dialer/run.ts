@@ -259,7 +259,7 @@ async function series<R>(work: () => Promise<R>, times: number) {
   for (let i = 0; i < times; i++) {
     const run = await timedWithStall(work)
     timings.push(run)
-    last = run.result
+    last = run.result as Awaited<R>
   }
   return { timings, last }
 }
