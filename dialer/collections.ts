@@ -19,8 +19,9 @@ export const INDEXES: Record<string, IndexSpec[]> = {
   [COLLECTIONS.batches]: [{ name: 'account_created', key: { accountId: 1, createdAt: -1 } }],
   [COLLECTIONS.contacts]: [
     { name: 'batch_identifier_unique', key: { batchId: 1, identifier: 1 }, unique: true },
-    // The account's contacts in flight (each selection cycle) and, until the account counters
-    // hold every contact, its active ones: counts only, so the embedded store keeps numbers.
+    // Counts only: the account's contacts in flight (each selection cycle) and its active ones
+    // (the account cap on the embedded store, which keeps the numbers; MongoDB keeps a counter
+    // of its own, dialer/active-contacts.ts).
     { name: 'account_state', key: { accountId: 1, state: 1 }, counted: true },
     // A state's contacts (claims past their timeout: state in_progress, claimedAt < t). `state`
     // leads so the in-memory store's hash maps never answer a (batchId, identifier) lookup with
