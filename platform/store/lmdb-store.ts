@@ -689,7 +689,9 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     const current = stored.find(s => s.name === spec.name)
     if (current && sameDefinition(current, wanted)) {
       if (!this.indexes.some(i => i.name === spec.name)) this.loadIndexes()
-      this.emptyOtherKind(spec)
+      // A start cut short while emptying the entries a counted index had before resumes here
+      // (the other way round, counted back to entries, is only emptied when the index changes).
+      if (spec.counted) this.emptyOtherKind(spec)
       return
     }
     const db = spec.counted ? this.store.countDb(this.name, spec.name) : this.store.indexDb(this.name, spec.name)
@@ -731,8 +733,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   /**
    * An index declared as the other kind before (entries, now counted, or back) left a database
-   * nothing reads: emptied in the background a slice at a time, as a move to JSON does (a start
-   * cut short by a restart is taken up by the next one).
+   * nothing reads: emptied in the background a slice at a time, as a move to JSON does.
    */
   private emptyOtherKind(spec: IndexSpec) {
     const other = spec.counted ? this.store.indexDb(this.name, spec.name) : this.store.existingCountDb(this.name, spec.name)
