@@ -23,15 +23,17 @@ export const INDEXES: Record<string, IndexSpec[]> = {
     // (the account cap on the embedded store, which keeps the numbers; MongoDB keeps a counter
     // of its own, dialer/active-contacts.ts).
     { name: 'account_state', key: { accountId: 1, state: 1 }, counted: true },
-    // A state's contacts (claims past their timeout: state in_progress, claimedAt < t). `state`
-    // leads so the in-memory store's hash maps never answer a (batchId, identifier) lookup with
-    // the whole batch.
-    { name: 'state_batch_next', key: { state: 1, batchId: 1, nextAttemptAt: 1 }, partitionFields: 2 },
+    // Contacts in flight (claims past their timeout: state in_progress, claimedAt < t; a batch's
+    // first one when it may be complete). Partial, like the two below: a claim or a settlement
+    // moves a contact in or out of an index instead of re-keying it in all three, and the done
+    // contacts (most of an old batch) have no entry in any. `state` leads so the in-memory
+    // store's hash maps never answer a (batchId, identifier) lookup with the whole batch.
+    { name: 'state_batch_next', key: { state: 1, batchId: 1, nextAttemptAt: 1 }, partitionFields: 2, partialFilterExpression: { state: 'in_progress' } },
     // Selection cycles: a batch's due contacts in selection order, read in index order up to the
     // room left (dialer/scheduler/scheduler.ts): by priority (the default), or by due time for
-    // rules.priorityOrder = scheduledAt. Also the batch's count per state.
-    { name: 'batch_state_rank_next', key: { batchId: 1, state: 1, priorityRank: 1, nextAttemptAt: 1, _id: 1 } },
-    { name: 'batch_state_next_rank', key: { batchId: 1, state: 1, nextAttemptAt: 1, priorityRank: 1, _id: 1 } },
+    // rules.priorityOrder = scheduledAt. Only pending contacts are ever selected.
+    { name: 'batch_state_rank_next', key: { batchId: 1, state: 1, priorityRank: 1, nextAttemptAt: 1, _id: 1 }, partialFilterExpression: { state: 'pending' } },
+    { name: 'batch_state_next_rank', key: { batchId: 1, state: 1, nextAttemptAt: 1, priorityRank: 1, _id: 1 }, partialFilterExpression: { state: 'pending' } },
     // The contact listing's order (GET .../contacts): a page reads its rows, not the whole batch.
     { name: 'batch_created', key: { batchId: 1, createdAt: 1, _id: 1 } },
     // A batch's progress (GET .../batches/{id}) and its contacts in flight (each selection

@@ -19,9 +19,9 @@
 //     sustained rate: one wave of DISPATCH_ROOM attempts would time a single claim round.
 //   - progress read: `GET /dialer/v1/batches/{id}` over HTTP (what a CRM polls), whose progress
 //     the embedded store answers from its counted index; baseline: the same progress computed
-//     the way it was before, by reading the batch (state counts over the selection index's
-//     entries, then the done contacts grouped by ending), on the same store, same run. Both
-//     must give the same numbers. Also the loop's longest stall during each.
+//     without it, by reading the batch's contacts and grouping them by state and ending (the
+//     $group countBy sends MongoDB), on the same store, same run. Both must give the same
+//     numbers. Also the loop's longest stall during each.
 // Embedded store only: the MongoDB path in tests is a wire-protocol test server
 // (test/support/mongo-wire-server.py, mongomock) that scans whole collections in Python; at
 // 100k contacts a single selection query takes longer than this bench's budget, so it is not
@@ -40,8 +40,7 @@ import { COLLECTIONS, NO_PRIORITY_RANK, type ContactDoc } from '../../dialer/col
 import type { BatchDoc } from '../../dialer/batches.js'
 import { ManualClock, schedulerOf } from '../../dialer/scheduler/index.js'
 import { runHeader, writeResults } from '../support.js'
-import type { LmdbStore } from '../../platform/store/lmdb-store.js'
-import { encodeValue, KEY_MAX, type KeyPart } from '../../platform/store/index-keys.js'
+import { countByPipeline, countRowsOf } from '../../platform/store/counted-index.js'
 
 const SMALL = Number(process.env.DIALER_BENCH_SMALL ?? 100_000)
 const LARGE = Number(process.env.DIALER_BENCH_LARGE ?? 1_000_000)
@@ -212,24 +211,23 @@ const KEY = 'bench-dialer-key-0000000000'
 const PROGRESS_READS = 20
 const BASELINE_READS = 3
 
-/** Progress as it was computed before counted indexes: by reading the batch's index entries and done contacts. */
+/**
+ * The same progress without the counted index: the batch's contacts read and grouped by state and
+ * ending (the $group that countBy sends MongoDB, here over the batch's documents).
+ */
 async function progressByReading() {
   const progress = { pending: 0, inProgress: 0, done: 0, cancelled: 0, byOutcome: {} as Record<string, number> }
-  // Each state's count walks the selection index's entries of the batch in that state, as
-  // countDocuments({ batchId, state }) did before the counted index answered it.
-  const entries = (platform.store as LmdbStore).indexDb(COLLECTIONS.contacts, 'batch_state_rank_next')
-  const [pending, inProgress, cancelled, done] = ['pending', 'in_progress', 'cancelled', 'done'].map(state => {
-    const start = [...encodeValue(batchId), ...encodeValue(state)]
-    return entries.getKeysCount({ start, end: [...start, KEY_MAX as unknown as KeyPart] })
-  })
-  Object.assign(progress, { pending, inProgress, cancelled, done })
-  const rows = await contacts.aggregate<{ _id: { outcome?: string | null; reason?: string | null }; n: number }>([
-    { $match: { batchId, state: 'done' } },
-    { $group: { _id: { outcome: '$lastOutcome', reason: '$doneReason' }, n: { $sum: 1 } } },
-  ])
-  for (const { _id, n } of rows) {
-    const key = _id.reason === 'blocked' ? 'blocked' : (_id.outcome ?? _id.reason ?? 'unknown')
-    progress.byOutcome[key] = (progress.byOutcome[key] ?? 0) + n
+  const fields = ['state', 'lastOutcome', 'doneReason']
+  const rows = countRowsOf(await contacts.aggregate(countByPipeline({ batchId }, fields)), fields)
+  for (const { values: [state, outcome, reason], n } of rows) {
+    if (state === 'pending') progress.pending += n
+    else if (state === 'in_progress') progress.inProgress += n
+    else if (state === 'cancelled') progress.cancelled += n
+    else if (state === 'done') {
+      progress.done += n
+      const key = reason === 'blocked' ? 'blocked' : String(outcome ?? reason ?? 'unknown')
+      progress.byOutcome[key] = (progress.byOutcome[key] ?? 0) + n
+    }
   }
   return progress
 }

@@ -44,6 +44,7 @@ import {
   type Collection,
   type CollectionOptions,
   type Doc,
+  assertPartialFilter,
   DuplicateKeyError,
   type Filter,
   type FindOptions,
@@ -78,6 +79,7 @@ interface StoredIndex {
   expireAfterSeconds?: number
   multikey?: boolean
   counted?: boolean
+  partialFilterExpression?: Record<string, string | number | boolean>
 }
 
 interface LiveIndex extends PlannableIndex {
@@ -86,6 +88,10 @@ interface LiveIndex extends PlannableIndex {
   db?: Database<Buffer, KeyPart[]>
   /** A counted index's number of documents per key. */
   counts?: Database<number, KeyPart[]>
+  /** A partial index: whether a document has entries in it. */
+  covers?: (doc: Doc) => boolean
+  /** The fields whose values decide the index's entries: its key's, and its partial filter's. */
+  watched: string[]
 }
 /** An index with entries: what queries read documents through. */
 type EntryIndex = LiveIndex & { db: Database<Buffer, KeyPart[]> }
@@ -239,6 +245,8 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       fields: Object.keys(spec.key),
       multikey: !!spec.multikey,
       spec,
+      ...(spec.partialFilterExpression ? { partial: spec.partialFilterExpression, covers: matcherOf(spec.partialFilterExpression) } : {}),
+      watched: [...new Set([...Object.keys(spec.key), ...Object.keys(spec.partialFilterExpression ?? {})])],
       ...(spec.counted ? { counts: this.store.countDb(this.name, spec.name) } : { db: this.store.indexDb(this.name, spec.name) }),
     }))
     this.plannable = this.indexes.filter((index): index is EntryIndex => index.db !== undefined)
@@ -444,7 +452,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   private entriesOf(doc: Doc, indexes: LiveIndex[] = this.indexes): { index: LiveIndex; keys: KeyPart[][]; multi: boolean }[] {
     if (typeof doc._id !== 'string') throw new TypeError(`${this.name}: _id must be a string`)
     if (Buffer.byteLength(doc._id) > MAX_ID_BYTES) throw new RangeError(`${this.name}: _id longer than ${MAX_ID_BYTES} bytes`)
-    return indexes.map(index => ({ index, ...documentKeys(doc, index.fields) }))
+    return indexes.map(index => (index.covers && !index.covers(doc) ? { index, keys: [], multi: false } : { index, ...documentKeys(doc, index.fields) }))
   }
 
   /** Moves a counted index's number for one key (removed at zero: only keys some document has are kept). */
@@ -522,7 +530,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     if (!changed) return false
     // Only the indexes on a path the update writes, and whose values it changed, get new entries:
     // the others keep theirs (no key encoding, no unique check, no diff). Most updates need none.
-    const touched = this.indexesTouchedBy(update).filter(index => !sameIndexedValues(doc, next, index.fields))
+    const touched = this.indexesTouchedBy(update).filter(index => !sameIndexedValues(doc, next, index.watched))
     if (touched.length === 0) this.putDocument(next)
     else this.putDoc(next, doc, touched)
     return true
@@ -536,7 +544,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       if (!PATH_KEYED_OPERATORS.has(operator) || !fields || typeof fields !== 'object') return this.indexes
       paths.push(...Object.keys(fields))
     }
-    return this.indexes.filter(index => index.fields.some(field => paths.some(path => path === field || field.startsWith(`${path}.`) || path.startsWith(`${field}.`))))
+    return this.indexes.filter(index => index.watched.some(field => paths.some(path => path === field || field.startsWith(`${path}.`) || path.startsWith(`${field}.`))))
   }
 
   private updateOneSync(filter: Filter, update: Update, options: { upsert?: boolean; sort?: Sort } = {}): UpdateResult & { doc?: T; before?: T } {
@@ -683,8 +691,11 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       ...(spec.unique ? { unique: true } : {}),
       ...(spec.expireAfterSeconds !== undefined ? { expireAfterSeconds: spec.expireAfterSeconds } : {}),
       ...(spec.counted ? { counted: true } : {}),
+      ...(spec.partialFilterExpression ? { partialFilterExpression: spec.partialFilterExpression } : {}),
     }
     if (spec.counted && (spec.unique || spec.expireAfterSeconds !== undefined)) throw new TypeError(`${this.name}.${spec.name}: a counted index is neither unique nor TTL`)
+    if (spec.partialFilterExpression) assertPartialFilter(`${this.name}.${spec.name}`, spec)
+    const covers = spec.partialFilterExpression ? matcherOf(spec.partialFilterExpression) : undefined
     const stored = (this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []
     const current = stored.find(s => s.name === spec.name)
     if (current && sameDefinition(current, wanted)) {
@@ -703,6 +714,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       const owners = new Map<string, string>()
       let multikey = false
       for (const { value: doc } of this.docs.getRange({})) {
+        if (covers && !covers(doc)) continue
         const { keys, multi } = documentKeys(doc, fields)
         multikey ||= multi
         for (const key of keys) {
@@ -786,7 +798,13 @@ function passes(chosen: IndexPlan, key: KeyPart[]): boolean {
 }
 
 function sameDefinition(a: StoredIndex, b: StoredIndex): boolean {
-  return isDeepStrictEqual(Object.entries(a.key), Object.entries(b.key)) && !!a.unique === !!b.unique && a.expireAfterSeconds === b.expireAfterSeconds && !!a.counted === !!b.counted
+  return (
+    isDeepStrictEqual(Object.entries(a.key), Object.entries(b.key)) &&
+    !!a.unique === !!b.unique &&
+    a.expireAfterSeconds === b.expireAfterSeconds &&
+    !!a.counted === !!b.counted &&
+    isDeepStrictEqual(Object.entries(a.partialFilterExpression ?? {}), Object.entries(b.partialFilterExpression ?? {}))
+  )
 }
 
 /** Whether two versions of a document hold exactly the same values on these fields (so the same index entries). */

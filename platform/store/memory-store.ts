@@ -5,6 +5,7 @@
 // the service's embedded store is LmdbStore (lmdb-store.ts).
 import { aggregate } from 'mingo'
 import {
+  assertPartialFilter,
   type BulkOp,
   type BulkResult,
   type Collection,
@@ -108,7 +109,9 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
 
   constructor(readonly name: string, private readonly clock: Clock) {}
 
+  /** A partial index is kept whole here: a hash index only narrows what the filter then decides. */
   addIndex(spec: IndexSpec) {
+    if (spec.partialFilterExpression) assertPartialFilter(`${this.name}.${spec.name}`, spec)
     if (spec.expireAfterSeconds === undefined && !this.indexes.some(u => u.spec.name === spec.name)) {
       const index = new HashIndex(spec)
       for (const doc of this.docs.values()) index.add(doc)

@@ -13,9 +13,11 @@ import {
   type Collection as DriverCollection,
   type Db,
 } from 'mongodb'
+import { isDeepStrictEqual } from 'node:util'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 import { countByPipeline, countRowsOf, type CountRow, type CountValue } from './counted-index.js'
 import {
+  assertPartialFilter,
   type BulkOp,
   type BulkResult,
   type Collection,
@@ -46,6 +48,18 @@ async function guard<R>(work: () => Promise<R>, onUnavailable?: () => void): Pro
     if (error instanceof MongoTopologyClosedError) onUnavailable?.()
     translate(error)
   }
+}
+
+/** Whether an index mongod lists is the one declared (its key, in order, and its options). */
+function sameIndex(listed: Record<string, any>, wanted: { key: Record<string, number>; unique?: boolean; expireAfterSeconds?: number; partialFilterExpression?: Record<string, unknown> }): boolean {
+  const number = (v: unknown) => (typeof v === 'object' && v !== null ? Number(v) : v) // mongod may list 1 as a Long or a Double
+  const keys = (key: Record<string, unknown>) => Object.entries(key).map(([field, direction]) => [field, number(direction)])
+  return (
+    isDeepStrictEqual(keys(listed.key ?? {}), keys(wanted.key)) &&
+    !!listed.unique === !!wanted.unique &&
+    number(listed.expireAfterSeconds) === wanted.expireAfterSeconds &&
+    isDeepStrictEqual(listed.partialFilterExpression ?? undefined, wanted.partialFilterExpression)
+  )
 }
 
 class MongoCollection<T extends Doc> implements Collection<T> {
@@ -193,13 +207,26 @@ export class MongoStore implements Store {
 
   async ensureIndexes(name: string, indexes: IndexSpec[]) {
     if (indexes.length === 0) return
+    for (const spec of indexes) if (spec.partialFilterExpression) assertPartialFilter(`${name}.${spec.name}`, spec)
     const specs = indexes.map(spec => ({
       name: spec.name,
       key: spec.key,
       ...(spec.unique ? { unique: true } : {}),
       ...(spec.expireAfterSeconds !== undefined ? { expireAfterSeconds: spec.expireAfterSeconds } : {}),
+      ...(spec.partialFilterExpression ? { partialFilterExpression: spec.partialFilterExpression } : {}),
     }))
-    await guard(() => this.db.collection(name).createIndexes(specs), this.recover)
+    const collection = this.db.collection(name)
+    // An index declared before under the same name with another definition is built again
+    // (createIndexes would refuse it: IndexOptionsConflict), as the embedded store does.
+    const existing = await guard(() => collection.listIndexes().toArray(), this.recover).catch(error => {
+      if (error instanceof MongoServerError && error.code === 26) return [] // NamespaceNotFound: no collection yet
+      throw error
+    })
+    for (const spec of specs) {
+      const current = existing.find(index => index.name === spec.name)
+      if (current && !sameIndex(current, spec)) await guard(() => collection.dropIndex(spec.name), this.recover)
+    }
+    await guard(() => collection.createIndexes(specs), this.recover)
   }
 
   async close() {

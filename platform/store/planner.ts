@@ -16,6 +16,8 @@ export interface PlannableIndex {
   fields: string[]
   /** Some document held an array on an indexed path: entries repeat, sorts are not served. */
   multikey: boolean
+  /** A partial index: entries only for documents with these values (see implies()). */
+  partial?: Record<string, string | number | boolean>
 }
 
 type Bound = { payload: KeyPart; inclusive: boolean }
@@ -141,11 +143,25 @@ export function effectiveSort(sort: Sort | undefined, pinned: Set<string>): [str
   return Object.entries(sort ?? {}).filter(([field]) => !pinned.has(field)) as [string, 1 | -1][]
 }
 
+/**
+ * Whether every document the filter matches has an entry in a partial index: the filter pins each
+ * of its fields to its very value (mongod's rule, kept to equalities).
+ */
+export function implies(shape: FilterShape, partial: Record<string, unknown>): boolean {
+  return Object.entries(partial).every(([field, value]) => {
+    const condition = shape.conditions.get(field)
+    if (condition?.kind !== 'eq' || condition.values.length !== 1 || !condition.exact) return false
+    const [rank, payload] = encodeValue(value)
+    return condition.values[0]![0] === rank && condition.values[0]![1] === payload
+  })
+}
+
 /** The best index plan for a filter and sort, or undefined when no index helps (read by _id). */
 export function plan(shape: FilterShape, sort: Sort | undefined, limited: boolean, indexes: PlannableIndex[]): IndexPlan | undefined {
   const sortFields = effectiveSort(sort, shape.pinned)
   let best: { plan: IndexPlan; score: number } | undefined
   for (const index of indexes) {
+    if (index.partial && !implies(shape, index.partial)) continue
     const { fields } = index
     let combos: KeyPart[][] = [[]]
     let prefix = 0

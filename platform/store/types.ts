@@ -27,6 +27,12 @@ export interface IndexSpec {
    * reads documents through it. Neither unique nor TTL. MongoStore builds a plain index.
    */
   counted?: boolean
+  /**
+   * A partial index: only documents whose fields equal these values have entries (MongoDB's
+   * partialFilterExpression, equalities only). A query uses it only when its filter pins the
+   * same fields to the same values. Not unique, not counted: every store can keep it alike.
+   */
+  partialFilterExpression?: Record<string, string | number | boolean>
 }
 
 export interface FindOptions {
@@ -62,6 +68,16 @@ export interface UpdateResult {
 export class DuplicateKeyError extends Error {
   override name = 'DuplicateKeyError'
   readonly code = 11000
+}
+
+/** A partial index's filter: plain equalities to short scalars (what the planner can prove a filter implies). */
+export function assertPartialFilter(name: string, spec: IndexSpec) {
+  if (spec.unique || spec.counted) throw new TypeError(`${name}: a partial index is neither unique nor counted`)
+  const entries = Object.entries(spec.partialFilterExpression!)
+  const plain = (v: unknown) => (typeof v === 'string' && v.length < 100) || typeof v === 'boolean' || (typeof v === 'number' && Number.isFinite(v))
+  if (entries.length === 0 || entries.some(([field, value]) => field.startsWith('$') || !plain(value))) {
+    throw new TypeError(`${name}: partialFilterExpression takes plain equalities to strings (under 100 characters), finite numbers or booleans`)
+  }
 }
 
 /** The store could not be reached; callers decide whether to degrade (idempotency does). */

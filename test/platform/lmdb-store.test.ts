@@ -480,3 +480,44 @@ t.test('a counted index never answers for values its keys cannot tell apart', as
   t.equal(await things.countDocuments({ k: long }), 1, 'two strings that share their first 100 characters are told apart')
   t.same((await things.countBy({ k: 'a' }, ['n'])).length, 2, 'grouped apart')
 })
+
+t.test('a partial index keeps entries only for the documents it covers, and only queries that pin its values read it', async t => {
+  const path = tempDir(t)
+  const first = new LmdbStore({ path, sweepIntervalMs: 0 })
+  const plain = { name: 'batch_state_rank', key: { batchId: 1, state: 1, rank: 1, _id: 1 } as Record<string, 1> }
+  await first.ensureIndexes('contacts', [plain])
+  const contacts = first.collection('contacts')
+  const states = ['pending', 'in_progress', 'done', 'done']
+  await contacts.insertMany(Array.from({ length: 400 }, (_, i) => ({ _id: `c${String(i).padStart(3, '0')}`, batchId: 'b', state: states[i % 4], rank: i % 7 })))
+  t.equal(first.indexDb('contacts', plain.name).getCount(), 400, 'plain: an entry per contact')
+  await first.close()
+
+  // Declared partial by a later version: rebuilt over the documents present.
+  const second = new LmdbStore({ path, sweepIntervalMs: 0 })
+  t.teardown(() => second.close())
+  await second.ensureIndexes('contacts', [{ ...plain, partialFilterExpression: { state: 'pending' } }])
+  const again = second.collection('contacts')
+  const entries = () => second.indexDb('contacts', plain.name).getCount()
+  t.equal(entries(), 100, 'partial: an entry per pending contact only')
+
+  let reads = { ...second.reads }
+  const first10 = await again.find({ batchId: 'b', state: 'pending' }, { sort: { rank: 1, _id: 1 }, limit: 10 })
+  t.equal(first10.length, 10)
+  t.equal(second.reads.keys - reads.keys, 10, 'the pinned query reads the index in order and stops at its limit')
+  t.equal(second.reads.documents - reads.documents, 10)
+
+  reads = { ...second.reads }
+  const done = await again.find({ batchId: 'b', state: 'done' })
+  t.equal(done.length, 200, 'a state the index does not cover is still found')
+  t.equal(second.reads.keys - reads.keys, 0, 'without reading the partial index (it holds none of them)')
+
+  // Writes move documents in and out.
+  await again.updateOne({ _id: 'c000' }, { $set: { state: 'in_progress' } })
+  await again.updateOne({ _id: 'c001' }, { $set: { state: 'pending' } })
+  await again.updateOne({ _id: 'c004' }, { $set: { note: 'x' } })
+  await again.updateMany({ batchId: 'b', state: 'done', rank: 0 }, { $set: { state: 'pending' } })
+  const pending = (await again.find({ batchId: 'b' })).filter(d => d.state === 'pending').length
+  t.equal(entries(), pending, 'the entries follow the pending contacts')
+  await again.deleteMany({ batchId: 'b' })
+  t.equal(entries(), 0, 'and leave with them')
+})

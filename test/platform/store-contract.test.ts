@@ -299,6 +299,50 @@ for (const kind of ['memory', 'lmdb', 'mongo'] as const) {
       t.same(await c.countBy({ batchId: 'b1' }, []), [{ values: [], n: await c.countDocuments({ batchId: 'b1' }) }], 'no fields: one row')
     })
 
+    t.test('a partial index follows every kind of write, and queries answer alike whether or not they can use it', async t => {
+      const [c, name] = fresh('partial')
+      const contact = (id: string, batchId: string, state: string, rank: number) => ({ _id: id, batchId, state, rank })
+      // Declared plain first, as an older version of the service did; declared partial below.
+      await store.ensureIndexes(name, [{ name: 'batch_state_rank', key: { batchId: 1, state: 1, rank: 1, _id: 1 } }])
+      await c.insertMany([contact('p1', 'b1', 'pending', 3), contact('p2', 'b1', 'done', 1), contact('p3', 'b2', 'pending', 2)])
+      await store.ensureIndexes(name, [{ name: 'batch_state_rank', key: { batchId: 1, state: 1, rank: 1, _id: 1 }, partialFilterExpression: { state: 'pending' } }])
+      await store.ensureIndexes(name, [{ name: 'batch_state_rank', key: { batchId: 1, state: 1, rank: 1, _id: 1 }, partialFilterExpression: { state: 'pending' } }])
+      type Row = { _id: string; batchId: string; state: string; rank: number }
+      const check = async (step: string) => {
+        const all = (await c.find({})) as Row[]
+        const expect = (keep: (d: Row) => boolean) => all.filter(keep).sort((a, b) => a.rank - b.rank || a._id.localeCompare(b._id)).map(d => d._id)
+        const sort = { rank: 1 as const, _id: 1 as const }
+        for (const batchId of ['b1', 'b2']) {
+          t.same(ids(await c.find({ batchId, state: 'pending' }, { sort })), expect(d => d.batchId === batchId && d.state === 'pending'), `${step}: ${batchId} pending, in order (the partial index)`)
+          t.same(ids(await c.find({ batchId, state: 'pending' }, { sort, limit: 1 })), expect(d => d.batchId === batchId && d.state === 'pending').slice(0, 1), `${step}: ${batchId} first pending`)
+          t.same(ids(await c.find({ batchId, state: 'done' }, { sort })), expect(d => d.batchId === batchId && d.state === 'done'), `${step}: ${batchId} done (not in the index)`)
+          t.same(ids(await c.find({ batchId, state: { $in: ['pending', 'done'] } }, { sort })), expect(d => d.batchId === batchId && ['pending', 'done'].includes(d.state)), `${step}: ${batchId} a $in the index cannot answer alone`)
+          t.same(ids(await c.find({ batchId }, { sort })), expect(d => d.batchId === batchId), `${step}: ${batchId} every state`)
+          t.equal(await c.countDocuments({ batchId, state: 'pending' }), expect(d => d.batchId === batchId && d.state === 'pending').length, `${step}: ${batchId} pending count`)
+          t.equal(await c.countDocuments({ batchId, state: { $ne: 'pending' } }), expect(d => d.batchId === batchId && d.state !== 'pending').length, `${step}: ${batchId} count of the others`)
+        }
+      }
+      await check('declared over documents present')
+      await c.insertMany([contact('p4', 'b1', 'pending', 1), contact('p5', 'b1', 'in_progress', 0)])
+      await c.updateOne({ _id: 'p1' }, { $set: { state: 'in_progress' } })
+      await c.findOneAndUpdate({ _id: 'p5', state: 'in_progress' }, { $set: { state: 'pending', rank: 9 } }, { returnDocument: 'after' })
+      await c.updateOne({ _id: 'p4' }, { $set: { rank: 5 } })
+      await check('moved in, out and within')
+      await c.updateMany({ batchId: 'b1', state: 'pending' }, { $set: { state: 'done' } })
+      await c.bulkWrite([
+        { insertOne: { document: contact('p6', 'b2', 'pending', 0) } },
+        { updateOne: { filter: { _id: 'p2' }, update: { $set: { state: 'pending' } } } },
+        { updateOne: { filter: { _id: 'p7' }, update: { $set: { batchId: 'b2', state: 'pending', rank: 4 } }, upsert: true } },
+        { deleteOne: { filter: { _id: 'p3' } } },
+      ])
+      await c.updateOne({ _id: 'p6' }, { $unset: { state: '' } })
+      await check('updateMany, bulkWrite and a field removed')
+      await c.deleteMany({ state: 'pending' })
+      await check('deleted')
+      t.ok(await failure(store.ensureIndexes(name, [{ name: 'bad', key: { batchId: 1 }, partialFilterExpression: { state: { $in: ['a'] } as never } }])), 'an operator in the partial filter is refused')
+      t.ok(await failure(store.ensureIndexes(name, [{ name: 'bad', key: { batchId: 1 }, unique: true, partialFilterExpression: { state: 'a' } }])), 'a unique partial index is refused')
+    })
+
     t.test('updateOne: operators and counts', async t => {
       const [c] = fresh('update')
       const created = at('2026-02-01T10:00:00Z')
