@@ -105,7 +105,8 @@ export class SessionStore {
       // The orphan reaper (engine/reaper.ts): live sessions whose idle deadline has passed.
       { name: 'state_idle_deadline', key: { state: 1, 'deadlines.idle': 1 } },
       // Tombstones of destroyed sessions are kept a day (a late call says "destroyed", then 404).
-      { name: 'destroyed_ttl', key: { destroyedAt: 1 }, expireAfterSeconds: 86_400 },
+      // Partial: a live session has no entry (no null key written with every new session).
+      { name: 'destroyed_ttl', key: { destroyedAt: 1 }, expireAfterSeconds: 86_400, partialFilterExpression: { state: 'destroyed' } },
     ])
     await this.store.ensureIndexes(SESSION_LOG, [{ name: 'session_seq', key: { sessionId: 1, seq: 1 }, unique: true }])
   }

@@ -259,10 +259,26 @@ export class SessionRecorder {
     return null
   }
 
-  private async apply(updates: SlotUpdates) {
-    if (updates.size === 0) return
-    const ops = updates.ops()
-    await Promise.all([upsertAll(this.counts, ops[SLOT_COUNTS]), upsertAll(this.stats, ops[SLOT_STATS])])
+  /** Block updates asked for in this event-loop turn, written together once it ends. */
+  private queued: { updates: SlotUpdates; written: Promise<void> } | null = null
+
+  /**
+   * Resolves once `updates` are written. The updates of every caller in the same turn (sessions
+   * opening at once: five block upserts each) are merged into one upsert per block document.
+   */
+  private apply(updates: SlotUpdates): Promise<void> {
+    if (updates.size === 0) return Promise.resolve()
+    if (!this.queued) {
+      const queued: { updates: SlotUpdates; written: Promise<void> } = { updates: new SlotUpdates(), written: Promise.resolve() }
+      queued.written = new Promise<void>(resolve => setImmediate(resolve)).then(async () => {
+        this.queued = null // later updates start the next batch
+        const ops = queued.updates.ops()
+        await Promise.all([upsertAll(this.counts, ops[SLOT_COUNTS]), upsertAll(this.stats, ops[SLOT_STATS])])
+      })
+      this.queued = queued
+    }
+    this.queued.updates.merge(updates)
+    return this.queued.written
   }
 }
 

@@ -214,6 +214,20 @@ export class SlotUpdates {
     return this.pending.size
   }
 
+  /** Adds another collection's updates to these (increments add up, minima and maxima keep the extreme). */
+  merge(other: SlotUpdates) {
+    for (const [id, theirs] of other.pending) {
+      const ours = this.pending.get(id)
+      if (!ours) {
+        this.pending.set(id, { ...theirs, inc: new Map(theirs.inc), min: new Map(theirs.min), max: new Map(theirs.max) })
+        continue
+      }
+      for (const [path, by] of theirs.inc) add(ours.inc, path, by)
+      for (const [path, v] of theirs.min) keep(ours.min, path, v, Math.min)
+      for (const [path, v] of theirs.max) keep(ours.max, path, v, Math.max)
+    }
+  }
+
   /** Upserts per collection, in a stable order. */
   ops(): Record<typeof SLOT_COUNTS | typeof SLOT_STATS, BulkOp[]> {
     const out: Record<string, BulkOp[]> = { [SLOT_COUNTS]: [], [SLOT_STATS]: [] }

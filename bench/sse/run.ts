@@ -422,9 +422,12 @@ async function runTarget(target: string, run: number): Promise<TargetRun> {
     load.close()
     // Held streams: RSS per session at HOLD open streams (the sessions above are idle now).
     const beforeHold = await server.memory()
+    // BENCH_PROFILE: the opening is a profiled window of its own (the server's next <mode>-<n> files).
+    if (process.env.BENCH_PROFILE) await server.reset()
     const t0 = performance.now()
     await openStreams(server.port, server.key, Math.max(0, HOLD - streams.length), streams)
     const openSeconds = (performance.now() - t0) / 1000
+    if (process.env.BENCH_PROFILE) await server.stats()
     const justOpened = await server.memory()
     // Held: open and quiet for a while (quiet sessions hibernate after ENGINE_HIBERNATE_AFTER_MS, 10 s).
     await new Promise(r => setTimeout(r, HOLD_SETTLE_MS))

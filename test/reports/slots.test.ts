@@ -243,6 +243,35 @@ t.test("a session's contribution is added once, however often its record is writ
   t.equal(total, 2)
 })
 
+t.test('sessions opening and closing at once (their block updates merged into one write per block) add up exactly', async t => {
+  const dir = mkdtempSync(join(tmpdir(), 'sb-slots-'))
+  const store = new LmdbStore({ path: dir, sweepIntervalMs: 0 })
+  t.teardown(async () => {
+    await store.close()
+    rmSync(dir, { recursive: true, force: true })
+  })
+  const recorder = new SessionRecorder(store)
+  await recorder.ensureIndexes()
+  const start = Date.parse('2026-06-01T09:50:00Z')
+  const statuses: SessionStatus[] = ['completed', 'abandoned', 'error', 'transferred_to_human']
+  const sessions = Array.from({ length: 60 }, (_, i) => ({ id: `m${i}`, startTime: start + i * 97_000, agentId: i % 3 ? 'agent-a' : 'agent-b' }))
+  await Promise.all(sessions.map(s => recorder.opened({ accountId: 'acme', crewId: 'crew-1', agentId: s.agentId, sessionId: s.id, startTime: s.startTime })))
+  await Promise.all(sessions.map((s, i) => recorder.counted(s.id, { userMessages: i % 5, assistantMessages: i % 4 })))
+  // Two thirds end, all in the same turn, with durations spread over many histogram bins.
+  await Promise.all(
+    sessions.filter((_, i) => i % 3 !== 2).map((s, i) => recorder.closed(s.id, { endTime: s.startTime + 1_000 * (i + 1) ** 2, status: statuses[i % 4]!, reason: i % 2 ? 'hangup' : 'idle_timeout' })),
+  )
+  const now = clock(start + 10 * 3_600_000)
+  for (const groupByTime of ['hour', 'day', null] as const) {
+    for (const timeZone of ['UTC', 'Asia/Kolkata']) {
+      const q = { crewId: 'crew-1', startTs: start - 3_600_000, endTs: start + 3 * 3_600_000, page: 0, pageSize: 100, timeZone, groupByTime }
+      t.same(await executeReport(sourcesOf(store, true), report, 'acme', q), await executeReport(sourcesOf(store, false), report, 'acme', q), `execute-report by ${groupByTime} in ${timeZone}: blocks equal records`)
+    }
+  }
+  const detail = await sessionsDetail(sourcesOf(store, true), now, 'acme', { crewId: 'crew-1', startTs: start - 3_600_000, endTs: start + 3 * 3_600_000, page: 0, pageSize: 10 })
+  t.equal(detail.pagination.total, 60, 'every session counted once')
+})
+
 t.test('sessions-detail still answers when a block lost an update (a crash between two writes)', async t => {
   const store = new MemoryStore()
   t.teardown(() => store.close())
