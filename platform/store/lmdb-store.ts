@@ -80,6 +80,11 @@ interface StoredIndex {
   multikey?: boolean
   counted?: boolean
   partialFilterExpression?: Record<string, string | number | boolean>
+  /** Which database holds the entries: i:<collection>:<index>, then @1, @2... after each online rebuild. */
+  generation?: number
+  /** Being built in the background (see buildOnline); `previous` serves queries meanwhile. */
+  building?: boolean
+  previous?: StoredIndex
 }
 
 interface LiveIndex extends PlannableIndex {
@@ -92,6 +97,10 @@ interface LiveIndex extends PlannableIndex {
   covers?: (doc: Doc) => boolean
   /** The fields whose values decide the index's entries: its key's, and its partial filter's. */
   watched: string[]
+  /** Kept up by every write but read by no query until its background build is done. */
+  building?: boolean
+  /** The definition of before, serving queries while its replacement is built. */
+  previous?: boolean
 }
 /** An index with entries: what queries read documents through. */
 type EntryIndex = LiveIndex & { db: Database<Buffer, KeyPart[]> }
@@ -114,6 +123,8 @@ export interface LmdbStoreOptions {
 
 /** Work per transaction of a background copy to JSON: it runs on the loop that serves requests. */
 const COPY_SLICE_MS = 4
+/** The m:indexes entry whose number moves with every change of a collection's declarations. */
+const revisionKey = (collection: string) => `revision:${collection}`
 /** The m:indexes entry that says a JSON collection's documents have all moved to j:. */
 const movedKey = (collection: string) => `json:${collection}`
 
@@ -237,19 +248,41 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     this.mirror?.removeSync(id)
   }
 
+  /** The revision of the declarations this collection loaded (see fresh()). */
+  private revision = -1
+
+  /**
+   * Declarations change under a running process (an online rebuild finishing, an index going
+   * multikey, another thread or process declaring one): each write and query first checks the
+   * revision number stored beside them, one small read, and reloads them when it moved.
+   */
+  private fresh() {
+    const revision = (this.store.meta.get(revisionKey(this.name)) as number | undefined) ?? 0
+    if (revision !== this.revision) this.loadIndexes()
+  }
+
+  /** Writes the declarations (inside a write transaction) and moves their revision. */
+  private saveIndexes(stored: StoredIndex[]) {
+    this.store.meta.putSync(this.name, stored)
+    this.store.meta.putSync(revisionKey(this.name), ((this.store.meta.get(revisionKey(this.name)) as number | undefined) ?? 0) + 1)
+  }
+
   /** The indexes declared for this collection (by any process sharing the environment). */
   loadIndexes() {
+    this.revision = (this.store.meta.get(revisionKey(this.name)) as number | undefined) ?? 0
     const stored = (this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []
-    this.indexes = stored.map(spec => ({
+    const live = (spec: StoredIndex, role: { building?: boolean; previous?: boolean } = {}): LiveIndex => ({
       name: spec.name,
       fields: Object.keys(spec.key),
       multikey: !!spec.multikey,
       spec,
       ...(spec.partialFilterExpression ? { partial: spec.partialFilterExpression, covers: matcherOf(spec.partialFilterExpression) } : {}),
       watched: [...new Set([...Object.keys(spec.key), ...Object.keys(spec.partialFilterExpression ?? {})])],
-      ...(spec.counted ? { counts: this.store.countDb(this.name, spec.name) } : { db: this.store.indexDb(this.name, spec.name) }),
-    }))
-    this.plannable = this.indexes.filter((index): index is EntryIndex => index.db !== undefined)
+      ...(spec.counted ? { counts: this.store.countDb(this.name, spec.name) } : { db: this.store.indexDb(this.name, spec.name, spec.generation) }),
+      ...role,
+    })
+    this.indexes = stored.flatMap(spec => (spec.building && spec.previous ? [live(spec, { building: true }), live(spec.previous, { previous: true })] : [live(spec)]))
+    this.plannable = this.indexes.filter((index): index is EntryIndex => index.db !== undefined && !index.building)
   }
 
   /** Runs `work` inside a write transaction; its error (thrown before any write) rejects. */
@@ -258,6 +291,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     const outcome = await this.store.env.transaction((): Outcome<R> =>
       this.store.holds.run(() => {
         try {
+          this.fresh()
           return { ok: work() }
         } catch (error) {
           return { error }
@@ -281,6 +315,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
    * order when `ordered`), else every document in _id order.
    */
   private candidates(filter: Filter, sort: Sort | undefined, limited: boolean): { docs: Iterable<T>; ordered: boolean } {
+    this.fresh()
     const shape = shapeOf(filter)
     const id = filter._id
     if (typeof id === 'string') {
@@ -416,6 +451,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
    * counted index can answer (a filter with an operator, a multikey index, a cut string).
    */
   private fromCounts(match: Filter, fields: string[]): CountRow[] | undefined {
+    this.fresh()
     for (const index of this.indexes) {
       if (!index.counts || index.multikey) continue
       const how = countPlan(index.fields, match, fields)
@@ -515,8 +551,9 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   private markMultikey(index: LiveIndex) {
     index.multikey = true
     index.spec.multikey = true
-    const stored = ((this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []).map(s => (s.name === index.name ? { ...s, multikey: true } : s))
-    this.store.meta.putSync(this.name, stored)
+    const mark = (s: StoredIndex): StoredIndex => (index.previous ? { ...s, ...(s.previous ? { previous: { ...s.previous, multikey: true } } : {}) } : { ...s, multikey: true })
+    const stored = ((this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []).map(s => (s.name === index.name ? mark(s) : s))
+    this.saveIndexes(stored)
   }
 
   private insertSync(doc: T) {
@@ -703,6 +740,14 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       // A start cut short while emptying the entries a counted index had before resumes here
       // (the other way round, counted back to entries, is only emptied when the index changes).
       if (spec.counted) this.emptyOtherKind(spec)
+      if (current.building) this.buildOnline(spec.name) // cut short by a restart: built again
+      // A restart cut short the emptying of the generation it replaced: emptied again.
+      else if (current.generation) for (const generation of new Set([0, current.generation - 1])) this.emptyInBackground(this.store.indexDb(this.name, spec.name, generation), spec.name)
+      return
+    }
+    const serving = current?.building ? current.previous : current
+    if (serving && rebuildsOnline(serving, wanted) && this.docs.getCount() > WRITE_SLICE) {
+      await this.redefineOnline(current!, serving, wanted)
       return
     }
     const db = spec.counted ? this.store.countDb(this.name, spec.name) : this.store.indexDb(this.name, spec.name)
@@ -737,10 +782,84 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       if (spec.counted) for (const { key, n } of counts.values()) (db as Database<number, KeyPart[]>).putSync(key, n)
       else for (const key of entries) (db as Database<Buffer, KeyPart[]>).putSync(key, EMPTY)
       const latest = ((this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []).filter(s => s.name !== spec.name)
-      this.store.meta.putSync(this.name, [...latest, { ...wanted, ...(multikey ? { multikey: true } : {}) }])
+      this.saveIndexes([...latest, { ...wanted, ...(multikey ? { multikey: true } : {}) }])
     })
     this.loadIndexes()
     this.emptyOtherKind(spec)
+    // Databases of earlier generations nothing reads any more.
+    for (const old of [current, current?.previous]) if (old?.generation && !old.counted) this.emptyInBackground(this.store.indexDb(this.name, old.name, old.generation), spec.name)
+  }
+
+  /**
+   * A changed definition of an index with entries over a large collection (a partial filter
+   * added, a field changed) is not rebuilt in one transaction before the service listens: at a
+   * million contacts that took 43 s, and the pages it freed at once slowed every later commit
+   * to ~50 ms (see "Transactions stay small"). Instead the new definition gets a database of its
+   * own (the next generation), every write keeps both up from now on, the definition of before
+   * keeps serving queries, and buildOnline fills the new one in the background; then it takes
+   * over and the old database is emptied a slice at a time.
+   */
+  private async redefineOnline(current: StoredIndex, serving: StoredIndex, wanted: StoredIndex) {
+    const generation = Math.max(current.generation ?? 0, serving.generation ?? 0) + 1
+    const abandoned = current.building ? current : undefined // an earlier redefinition not finished
+    await this.write(() => {
+      const stored = ((this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []).filter(s => s.name !== wanted.name)
+      this.saveIndexes([...stored, { ...wanted, generation, building: true, previous: serving }])
+    })
+    this.loadIndexes()
+    if (abandoned) this.emptyInBackground(this.store.indexDb(this.name, abandoned.name, abandoned.generation), wanted.name)
+    this.buildOnline(wanted.name)
+  }
+
+  /** Index builds running in the background, by index name. */
+  private readonly builds = new Set<string>()
+
+  /** Fills a building index from every document, a slice per transaction, then lets it serve. */
+  private buildOnline(name: string) {
+    if (this.builds.has(name)) return
+    this.builds.add(name)
+    const generation = this.indexes.find(i => i.name === name && i.building)?.spec.generation
+    if (generation === undefined) return
+    let cursor: string | undefined
+    let finished: StoredIndex | undefined
+    const build = this.inSlices(started => {
+      // Looked up again each slice: declarations reload (another index declared, a restart of this one).
+      const building = this.indexes.find(i => i.name === name && i.building)
+      if (building?.spec.generation !== generation) return false // redefined again meanwhile
+      let n = 0
+      for (const { key, value: doc } of this.docs.getRange({ start: cursor })) {
+        if (key === cursor) continue // start is inclusive
+        if (n === WRITE_SLICE || (n > 0 && performance.now() - started > COPY_SLICE_MS)) return true
+        const [{ keys, multi }] = this.entriesOf(doc, [building])
+        for (const entry of keys) building.db!.putSync([...entry, doc._id], EMPTY)
+        if (multi && !building.multikey) this.markMultikey(building)
+        cursor = key
+        n++
+      }
+      // Every document is in: the new definition serves from this transaction on.
+      const stored = (this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []
+      const entry = stored.find(s => s.name === name)
+      if (!entry?.building || entry.generation !== generation) return false
+      const { building: _, previous, ...done } = entry
+      this.saveIndexes(stored.map(s => (s === entry ? done : s)))
+      finished = previous
+      return false
+    })
+      .then(() => {
+        if (!finished) return
+        this.loadIndexes()
+        this.store.logger?.info('store: index rebuilt in the background', { collection: this.name, index: name })
+        this.emptyInBackground(this.store.indexDb(this.name, name, finished.generation), name)
+      })
+      .catch(error => this.store.logger?.error('store: building an index failed; the next start builds it again', { collection: this.name, index: name, error }))
+      .finally(() => this.builds.delete(name))
+    this.store.background(build)
+  }
+
+  /** Empties a database nothing reads any more, a slice at a time, in the background. */
+  private emptyInBackground(db: Database<any, any>, index: string) {
+    if (db.getCount() === 0) return
+    this.store.background(this.empty(db).catch(error => this.store.logger?.error('store: emptying an old index failed; the next start goes on', { collection: this.name, index, error })))
   }
 
   /**
@@ -749,9 +868,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
    */
   private emptyOtherKind(spec: IndexSpec) {
     const other = spec.counted ? this.store.indexDb(this.name, spec.name) : this.store.existingCountDb(this.name, spec.name)
-    if (!other || other.getCount() === 0) return
-    const emptied = this.empty(other).catch(error => this.store.logger?.error('store: emptying an index of the other kind failed; the next start goes on', { collection: this.name, index: spec.name, error }))
-    this.store.background(emptied)
+    if (other) this.emptyInBackground(other, spec.name)
   }
 
   /** Removes expired documents, `slices` slices of `slice` at most per TTL index; answers how many went. */
@@ -795,6 +912,11 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 function passes(chosen: IndexPlan, key: KeyPart[]): boolean {
   for (const { position, test } of chosen.checks) if (!test(key[position] as number, key[position + 1]!)) return false
   return true
+}
+
+/** Whether a definition can replace another in the background: both have entries, neither is unique (its check needs every entry). */
+function rebuildsOnline(serving: StoredIndex, wanted: StoredIndex): boolean {
+  return !serving.counted && !wanted.counted && !serving.unique && !wanted.unique
 }
 
 function sameDefinition(a: StoredIndex, b: StoredIndex): boolean {
@@ -889,6 +1011,18 @@ export class LmdbStore implements Store {
     for (const spec of indexes) await collection.addIndex(spec)
   }
 
+  /** Resolves once background chores (index builds, old entries emptied) are done (tests, tools). */
+  async settled() {
+    while (this.chores.size > 0) await Promise.all(this.chores)
+  }
+
+  /** The entries of the index that serves queries now (its generation changes with each online rebuild). */
+  servingIndexDb(collection: string, index: string): Database<Buffer, KeyPart[]> {
+    const spec = ((this.meta.get(collection) as StoredIndex[] | undefined) ?? []).find(s => s.name === index)
+    const serving = spec?.building ? spec.previous : spec
+    return this.indexDb(collection, index, serving?.generation)
+  }
+
   /** Resolves once no collection is still moving its documents to JSON (tests, tools). */
   async moved() {
     for (const collection of this.collections.values()) await collection.moving
@@ -913,8 +1047,8 @@ export class LmdbStore implements Store {
   private readonly indexDbs = new Map<string, Database<Buffer, KeyPart[]>>()
 
   /** The entries of one index (binary values: they are empty). */
-  indexDb(collection: string, index: string): Database<Buffer, KeyPart[]> {
-    const name = `i:${collection}:${index}`
+  indexDb(collection: string, index: string, generation?: number): Database<Buffer, KeyPart[]> {
+    const name = `i:${collection}:${index}${generation ? `@${generation}` : ''}`
     let db = this.indexDbs.get(name)
     if (!db) {
       db = this.env.openDB<Buffer, KeyPart[]>({ name, encoding: 'binary' })

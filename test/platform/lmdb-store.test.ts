@@ -492,13 +492,15 @@ t.test('a partial index keeps entries only for the documents it covers, and only
   t.equal(first.indexDb('contacts', plain.name).getCount(), 400, 'plain: an entry per contact')
   await first.close()
 
-  // Declared partial by a later version: rebuilt over the documents present.
+  // Declared partial by a later version: rebuilt over the documents present, in the background.
   const second = new LmdbStore({ path, sweepIntervalMs: 0 })
   t.teardown(() => second.close())
   await second.ensureIndexes('contacts', [{ ...plain, partialFilterExpression: { state: 'pending' } }])
+  await second.settled()
   const again = second.collection('contacts')
-  const entries = () => second.indexDb('contacts', plain.name).getCount()
+  const entries = () => second.servingIndexDb('contacts', plain.name).getCount()
   t.equal(entries(), 100, 'partial: an entry per pending contact only')
+  t.equal(second.indexDb('contacts', plain.name).getCount(), 0, 'the entries of the plain definition are gone')
 
   let reads = { ...second.reads }
   const first10 = await again.find({ batchId: 'b', state: 'pending' }, { sort: { rank: 1, _id: 1 }, limit: 10 })
@@ -520,4 +522,45 @@ t.test('a partial index keeps entries only for the documents it covers, and only
   t.equal(entries(), pending, 'the entries follow the pending contacts')
   await again.deleteMany({ batchId: 'b' })
   t.equal(entries(), 0, 'and leave with them')
+})
+
+t.test('an index redefined over a large collection is built in the background: the old definition serves meanwhile, writes keep both, a restart resumes', async t => {
+  const path = tempDir(t)
+  const n = WRITE_SLICE * 8
+  const plain = { name: 'batch_state_rank', key: { batchId: 1, state: 1, rank: 1, _id: 1 } as Record<string, 1> }
+  const partial = { ...plain, partialFilterExpression: { state: 'pending' } }
+  const states = ['pending', 'done', 'done']
+  const seed = new LmdbStore({ path, sweepIntervalMs: 0 })
+  await seed.ensureIndexes('contacts', [plain])
+  await seed.collection('contacts').insertMany(Array.from({ length: n }, (_, i) => ({ _id: `c${String(i).padStart(5, '0')}`, batchId: 'b', state: states[i % 3], rank: i % 11 })))
+  await seed.close()
+
+  // Redefined, then closed after the first slices of the build: the next start resumes it.
+  const cut = new LmdbStore({ path, sweepIntervalMs: 0 })
+  await cut.ensureIndexes('contacts', [partial])
+  await cut.close()
+  const store = new LmdbStore({ path, sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const started = performance.now()
+  await store.ensureIndexes('contacts', [partial])
+  t.ok(performance.now() - started < 1000, 'the declaration does not wait for the build')
+  const contacts = store.collection('contacts')
+  const pending = async () => (await contacts.find({ batchId: 'b' })).filter(d => d.state === 'pending').map(d => d._id)
+  // While it builds: writes move contacts in and out, queries answer from the old definition.
+  const writes = (async () => {
+    for (let i = 0; i < 60; i++) {
+      await contacts.updateOne({ _id: `c${String(i * 37).padStart(5, '0')}` }, { $set: { state: i % 2 ? 'pending' : 'done' } })
+      await contacts.insertOne({ _id: `z${i}`, batchId: 'b', state: i % 2 ? 'pending' : 'in_progress', rank: 0 })
+      if (i % 10 === 0) await contacts.deleteOne({ _id: `c${String(i * 53).padStart(5, '0')}` })
+    }
+  })()
+  const during = await contacts.find({ batchId: 'b', state: 'pending' }, { sort: { rank: 1, _id: 1 }, limit: 20 })
+  t.equal(during.length, 20, 'the selection is answered during the build')
+  await writes
+  await store.settled()
+  const want = await pending()
+  t.equal(store.servingIndexDb('contacts', plain.name).getCount(), want.length, 'built: exactly the pending contacts, writes during the build included')
+  const got = await contacts.find({ batchId: 'b', state: 'pending' }, { sort: { rank: 1, _id: 1 } })
+  t.same(got.map(d => d._id).sort(), [...want].sort(), 'the new definition answers the same contacts')
+  t.equal(store.indexDb('contacts', plain.name).getCount(), 0, 'the old definition\'s entries are emptied')
 })
