@@ -816,10 +816,9 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   /** Fills a building index from every document, a slice per transaction, then lets it serve. */
   private buildOnline(name: string) {
-    if (this.builds.has(name)) return
-    this.builds.add(name)
     const generation = this.indexes.find(i => i.name === name && i.building)?.spec.generation
-    if (generation === undefined) return
+    if (generation === undefined || this.builds.has(name)) return
+    this.builds.add(name)
     let cursor: string | undefined
     let finished: StoredIndex | undefined
     const build = this.inSlices(started => {

@@ -107,6 +107,8 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update): boo
     const current = target[0][target[1]]
     if (!(target[1] in target[0])) changed = true
     else if (value === null || typeof value !== 'object') changed ||= current !== value
+    // Dates (most $sets carry an updatedAt): compared by time, without serializing them.
+    else if (value instanceof Date) changed ||= !(current instanceof Date) || !Object.is(current.getTime(), value.getTime())
     // JSON text is field-order sensitive (as mongod is) but cannot tell a Date from its ISO string.
     else if (JSON.stringify(current) !== JSON.stringify(value) || !isDeepStrictEqual(current, value)) changed = true
     target[0][target[1]] = value !== null && typeof value === 'object' ? clone(value) : value
