@@ -6,8 +6,9 @@
 // sample is within 10 % of the first one after warm-up (a third of the run, at least 1 minute).
 //
 //   SOAK_MINUTES=20 make soak         (defaults: 20 min, 60 sessions, 60 msg/s, a load every 10 s)
+//   SOAK_CPU_PROFILE=dir  a CPU profile of the process for the whole run
 import { spawn } from 'node:child_process'
-import { mkdtempSync } from 'node:fs'
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -31,11 +32,25 @@ const freePort = () =>
     })
   })
 
+/**
+ * The demo crews with room for every session of the run: the shipped demo crew allows 100 live
+ * sessions, and past them new sessions are refused (429), so a run of 1,000 sessions ran 100.
+ */
+function crewsFile(): string {
+  const crews = JSON.parse(readFileSync(new URL('../../config/crews.json', import.meta.url), 'utf8'))
+  for (const crew of crews.crews) crew.maxConcurrentSessions = Math.max(crew.maxConcurrentSessions ?? 0, SESSIONS * 2)
+  const path = join(mkdtempSync(join(tmpdir(), 'sb-soak-crews-')), 'crews.json')
+  writeFileSync(path, JSON.stringify(crews))
+  return path
+}
+
 const [port, metricsPort] = [await freePort(), await freePort()]
 const base = `http://127.0.0.1:${port}`
-const child = spawn(process.execPath, ['--import', '@tapjs/typescript/import', 'main.ts'], {
+// SOAK_CPU_PROFILE=dir: a CPU profile of the whole run (bench/sse/long-ticks.ts finds the long ticks in it).
+const profile = process.env.SOAK_CPU_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.SOAK_CPU_PROFILE}`] : []
+const child = spawn(process.execPath, [...profile, '--import', '@tapjs/typescript/import', 'main.ts'], {
   cwd: new URL('../../', import.meta.url).pathname,
-  env: { ...process.env, API_KEYS: `${KEY}=soak`, PORT: String(port), METRICS_PORT: String(metricsPort), HOST: '127.0.0.1', DATA_DIR: mkdtempSync(join(tmpdir(), 'sb-soak-')), LOG_LEVEL: 'warn', SSE_HEARTBEAT_MS: '5000', AUTH_FAILURE_LIMIT: '0' },
+  env: { ...process.env, API_KEYS: `${KEY}=soak`, PORT: String(port), METRICS_PORT: String(metricsPort), HOST: '127.0.0.1', DATA_DIR: mkdtempSync(join(tmpdir(), 'sb-soak-')), LOG_LEVEL: 'warn', SSE_HEARTBEAT_MS: '5000', AUTH_FAILURE_LIMIT: '0', CREWS_FILE: crewsFile() },
   stdio: ['ignore', 'inherit', 'inherit'],
 })
 const hardStop = setTimeout(() => child.kill('SIGKILL'), (MINUTES + 3) * 60_000)
@@ -242,4 +257,6 @@ const summary = {
 }
 console.log(JSON.stringify(summary, null, 2))
 writeResults(import.meta.url, started, { ...runHeader(started), config: { MINUTES, SESSIONS, RATE, LOAD_EVERY_S }, summary, samples })
+// The process drains and exits on SIGTERM (writing its CPU profile, when asked for, on the way out).
+await new Promise<void>(done => (child.exitCode !== null ? done() : child.once('exit', () => done())))
 process.exit(0)
