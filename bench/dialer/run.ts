@@ -39,6 +39,7 @@ import { startService } from '../../service.js'
 import { COLLECTIONS, NO_PRIORITY_RANK, type ContactDoc } from '../../dialer/collections.js'
 import type { BatchDoc } from '../../dialer/batches.js'
 import { ManualClock, schedulerOf } from '../../dialer/scheduler/index.js'
+import { progressOf, PROGRESS_FIELDS } from '../../dialer/scheduler/control.js'
 import { runHeader, writeResults } from '../support.js'
 import { countByPipeline, countRowsOf } from '../../platform/store/counted-index.js'
 
@@ -216,20 +217,7 @@ const BASELINE_READS = 3
  * ending (the $group that countBy sends MongoDB, here over the batch's documents).
  */
 async function progressByReading() {
-  const progress = { pending: 0, inProgress: 0, done: 0, cancelled: 0, byOutcome: {} as Record<string, number> }
-  const fields = ['state', 'lastOutcome', 'doneReason']
-  const rows = countRowsOf(await contacts.aggregate(countByPipeline({ batchId }, fields)), fields)
-  for (const { values: [state, outcome, reason], n } of rows) {
-    if (state === 'pending') progress.pending += n
-    else if (state === 'in_progress') progress.inProgress += n
-    else if (state === 'cancelled') progress.cancelled += n
-    else if (state === 'done') {
-      progress.done += n
-      const key = reason === 'blocked' ? 'blocked' : String(outcome ?? reason ?? 'unknown')
-      progress.byOutcome[key] = (progress.byOutcome[key] ?? 0) + n
-    }
-  }
-  return progress
+  return progressOf(countRowsOf(await contacts.aggregate(countByPipeline({ batchId }, PROGRESS_FIELDS)), PROGRESS_FIELDS))
 }
 
 /** `work` timed, with the loop's longest stall meanwhile (a 1 ms timer's lateness). */

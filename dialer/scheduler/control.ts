@@ -3,6 +3,7 @@
 import { ApiError, conflict, notFound } from '../../gateway/errors.js'
 import type { Platform } from '../../platform/index.js'
 import type { Collection } from '../../platform/store/index.js'
+import type { CountRow } from '../../platform/store/counted-index.js'
 import { COLLECTIONS, type ContactDoc } from '../collections.js'
 import { ActiveContacts } from '../active-contacts.js'
 import type { BatchDoc } from '../batches.js'
@@ -117,18 +118,25 @@ export class ContactControl {
    * counted index), without reading a contact.
    */
   async progress(batchId: string): Promise<BatchProgress> {
-    const progress = emptyProgress()
-    const rows = await this.contacts.countBy({ batchId }, ['state', 'lastOutcome', 'doneReason'])
-    for (const { values: [state, outcome, reason], n } of rows) {
-      if (state === 'pending') progress.pending += n
-      else if (state === 'in_progress') progress.inProgress += n
-      else if (state === 'cancelled') progress.cancelled += n
-      else if (state === 'done') {
-        progress.done += n
-        const key = reason === 'blocked' ? 'blocked' : String(outcome ?? reason ?? 'unknown')
-        progress.byOutcome[key] = (progress.byOutcome[key] ?? 0) + n
-      }
-    }
-    return progress
+    return progressOf(await this.contacts.countBy({ batchId }, PROGRESS_FIELDS))
   }
+}
+
+/** What a batch's progress groups its contacts by. */
+export const PROGRESS_FIELDS = ['state', 'lastOutcome', 'doneReason']
+
+/** A batch's progress from its contacts counted by PROGRESS_FIELDS. */
+export function progressOf(rows: CountRow[]): BatchProgress {
+  const progress = emptyProgress()
+  for (const { values: [state, outcome, reason], n } of rows) {
+    if (state === 'pending') progress.pending += n
+    else if (state === 'in_progress') progress.inProgress += n
+    else if (state === 'cancelled') progress.cancelled += n
+    else if (state === 'done') {
+      progress.done += n
+      const key = reason === 'blocked' ? 'blocked' : String(outcome ?? reason ?? 'unknown')
+      progress.byOutcome[key] = (progress.byOutcome[key] ?? 0) + n
+    }
+  }
+  return progress
 }
