@@ -564,3 +564,28 @@ t.test('an index redefined over a large collection is built in the background: t
   t.same(got.map(d => d._id).sort(), [...want].sort(), 'the new definition answers the same contacts')
   t.equal(store.indexDb('contacts', plain.name).getCount(), 0, 'the old definition\'s entries are emptied')
 })
+
+t.test('another store on the same database (the apply thread, a second process) sees a redefinition and keeps the new index up', async t => {
+  const path = tempDir(t)
+  const plain = { name: 'batch_state_rank', key: { batchId: 1, state: 1, rank: 1, _id: 1 } as Record<string, 1> }
+  const seed = new LmdbStore({ path, sweepIntervalMs: 0 })
+  await seed.ensureIndexes('contacts', [plain])
+  await seed.collection('contacts').insertMany(Array.from({ length: WRITE_SLICE * 4 }, (_, i) => ({ _id: `c${String(i).padStart(5, '0')}`, batchId: 'b', state: i % 2 ? 'pending' : 'done', rank: i % 5 })))
+  // The other store has loaded the declarations of before and never declares anything itself.
+  const other = new LmdbStore({ path, sweepIntervalMs: 0 })
+  t.teardown(() => other.close())
+  const theirs = other.collection('contacts')
+  t.equal((await theirs.find({ batchId: 'b', state: 'pending' }, { limit: 1 })).length, 1)
+
+  await seed.ensureIndexes('contacts', [{ ...plain, partialFilterExpression: { state: 'pending' } }])
+  // Its writes during and after the build must reach the new index.
+  for (let i = 0; i < 40; i++) await theirs.insertOne({ _id: `o${i}`, batchId: 'b', state: i % 2 ? 'pending' : 'done', rank: 0 })
+  await seed.settled()
+  await theirs.updateOne({ _id: 'c00001' }, { $set: { state: 'done' } })
+  await theirs.insertOne({ _id: 'late', batchId: 'b', state: 'pending', rank: 0 })
+  const pending = (await seed.collection('contacts').find({ batchId: 'b' })).filter(d => d.state === 'pending').length
+  t.equal(seed.servingIndexDb('contacts', plain.name).getCount(), pending, 'the new index holds exactly the pending contacts, the other store\'s writes included')
+  const viaOther = await theirs.find({ batchId: 'b', state: 'pending' }, { sort: { rank: 1, _id: 1 } })
+  t.equal(viaOther.length, pending, 'the other store reads through it too')
+  await seed.close()
+})
