@@ -257,20 +257,20 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
    * revision number stored beside them, one small read, and reloads them when it moved.
    */
   private fresh() {
-    const revision = (this.store.meta.get(revisionKey(this.name)) as number | undefined) ?? 0
+    const revision = this.store.revision(this.name)
     if (revision !== this.revision) this.loadIndexes()
   }
 
   /** Writes the declarations (inside a write transaction) and moves their revision. */
   private saveIndexes(stored: StoredIndex[]) {
     this.store.meta.putSync(this.name, stored)
-    this.store.meta.putSync(revisionKey(this.name), ((this.store.meta.get(revisionKey(this.name)) as number | undefined) ?? 0) + 1)
+    this.store.meta.putSync(revisionKey(this.name), this.store.revision(this.name) + 1)
   }
 
   /** The indexes declared for this collection (by any process sharing the environment). */
   loadIndexes() {
-    this.revision = (this.store.meta.get(revisionKey(this.name)) as number | undefined) ?? 0
-    const stored = (this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []
+    this.revision = this.store.revision(this.name)
+    const stored = this.store.declared(this.name)
     const live = (spec: StoredIndex, role: { building?: boolean; previous?: boolean } = {}): LiveIndex => ({
       name: spec.name,
       fields: Object.keys(spec.key),
@@ -552,7 +552,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     index.multikey = true
     index.spec.multikey = true
     const mark = (s: StoredIndex): StoredIndex => (index.previous ? { ...s, ...(s.previous ? { previous: { ...s.previous, multikey: true } } : {}) } : { ...s, multikey: true })
-    const stored = ((this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []).map(s => (s.name === index.name ? mark(s) : s))
+    const stored = this.store.declared(this.name).map(s => (s.name === index.name ? mark(s) : s))
     this.saveIndexes(stored)
   }
 
@@ -733,7 +733,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     if (spec.counted && (spec.unique || spec.expireAfterSeconds !== undefined)) throw new TypeError(`${this.name}.${spec.name}: a counted index is neither unique nor TTL`)
     if (spec.partialFilterExpression) assertPartialFilter(`${this.name}.${spec.name}`, spec)
     const covers = spec.partialFilterExpression ? matcherOf(spec.partialFilterExpression) : undefined
-    const stored = (this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []
+    const stored = this.store.declared(this.name)
     const current = stored.find(s => s.name === spec.name)
     if (current && sameDefinition(current, wanted)) {
       if (!this.indexes.some(i => i.name === spec.name)) this.loadIndexes()
@@ -781,7 +781,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       for (const key of [...db.getKeys({})]) db.removeSync(key)
       if (spec.counted) for (const { key, n } of counts.values()) (db as Database<number, KeyPart[]>).putSync(key, n)
       else for (const key of entries) (db as Database<Buffer, KeyPart[]>).putSync(key, EMPTY)
-      const latest = ((this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []).filter(s => s.name !== spec.name)
+      const latest = this.store.declared(this.name).filter(s => s.name !== spec.name)
       this.saveIndexes([...latest, { ...wanted, ...(multikey ? { multikey: true } : {}) }])
     })
     this.loadIndexes()
@@ -803,7 +803,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     const generation = Math.max(current.generation ?? 0, serving.generation ?? 0) + 1
     const abandoned = current.building ? current : undefined // an earlier redefinition not finished
     await this.write(() => {
-      const stored = ((this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []).filter(s => s.name !== wanted.name)
+      const stored = this.store.declared(this.name).filter(s => s.name !== wanted.name)
       this.saveIndexes([...stored, { ...wanted, generation, building: true, previous: serving }])
     })
     this.loadIndexes()
@@ -836,7 +836,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
         n++
       }
       // Every document is in: the new definition serves from this transaction on.
-      const stored = (this.store.meta.get(this.name) as StoredIndex[] | undefined) ?? []
+      const stored = this.store.declared(this.name)
       const entry = stored.find(s => s.name === name)
       if (!entry?.building || entry.generation !== generation) return false
       const { building: _, previous, ...done } = entry
@@ -1010,6 +1010,16 @@ export class LmdbStore implements Store {
     for (const spec of indexes) await collection.addIndex(spec)
   }
 
+  /** The indexes declared for a collection, as stored (by any process sharing the environment). */
+  declared(collection: string): StoredIndex[] {
+    return (this.meta.get(collection) as StoredIndex[] | undefined) ?? []
+  }
+
+  /** The revision number of a collection's declarations (moved by every change of them). */
+  revision(collection: string): number {
+    return (this.meta.get(revisionKey(collection)) as number | undefined) ?? 0
+  }
+
   /** Resolves once background chores (index builds, old entries emptied) are done (tests, tools). */
   async settled() {
     while (this.chores.size > 0) await Promise.all(this.chores)
@@ -1017,7 +1027,7 @@ export class LmdbStore implements Store {
 
   /** The entries of the index that serves queries now (its generation changes with each online rebuild). */
   servingIndexDb(collection: string, index: string): Database<Buffer, KeyPart[]> {
-    const spec = ((this.meta.get(collection) as StoredIndex[] | undefined) ?? []).find(s => s.name === index)
+    const spec = this.declared(collection).find(s => s.name === index)
     const serving = spec?.building ? spec.previous : spec
     return this.indexDb(collection, index, serving?.generation)
   }
