@@ -484,7 +484,7 @@ export class SessionHost {
         }
         // Refused before anything is recorded: a refused message is not in the conversation.
         // The turn limit applies to a message that would start a turn (one in flight takes it in).
-        this.overload.admit('message', { turnsInFlight: live.busy ? 0 : this.turnsInFlight })
+        this.overload.admit('turn', { turnsInFlight: live.busy ? 0 : this.turnsInFlight })
         touchConsumer(live, command.consumerId)
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
         if (this.options.durableAcks) {

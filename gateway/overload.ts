@@ -4,10 +4,12 @@
 //   - event-loop delay: its p99 above OVERLOAD_LOOP_DELAY_MS in two windows (250 ms) in a row,
 //     or above twice it in one: one long tick (a major GC) is not overload, a loop that stays
 //     late is. The process counts as overloaded until a window's p99 is back under half of it;
-//   - event-loop utilization: the loop busy more than OVERLOAD_LOOP_BUSY_PERCENT of two windows
-//     in a row, until a window is 10 points under it. A saturated loop is not always a late one:
-//     many short callbacks keep each timer nearly on time while turns and their writes queue up
-//     (seen at 2,000 msg/s: delay p99 25 ms, replies 600 ms late);
+//   - event-loop utilization past OVERLOAD_LOOP_BUSY_PERCENT. A saturated loop is not always a
+//     late one: many short callbacks keep each timer nearly on time while turns and their writes
+//     queue up (seen at 2,000 msg/s: delay p99 25 ms, replies 600 ms late). New sessions and
+//     streams are refused while two windows in a row are past it, until one is 10 points under;
+//     user messages are let in at the pace the loop can serve (gateway/paced-admission.ts),
+//     where their turn runs (the engine's check, `turn`);
 //   - open streams on this process above OVERLOAD_MAX_STREAMS (new streams only);
 //   - assistant turns in flight on this process above ENGINE_MAX_TURNS_IN_FLIGHT (messages that
 //     would start a turn only).
@@ -15,6 +17,7 @@
 // a session, administration, and the streams already open.
 import { monitorEventLoopDelay, performance, type EventLoopUtilization, type IntervalHistogram } from 'node:perf_hooks'
 import { ApiError } from './errors.js'
+import { PACE_WINDOW_MS, PacedAdmission } from './paced-admission.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
 
@@ -31,7 +34,11 @@ export interface OverloadLimits {
   retryAfterSeconds: number
 }
 
-export type Admission = 'session' | 'stream' | 'message'
+/**
+ * `message`: a user message at the edge (the gateway); `turn`: the same message where its turn
+ * runs (the engine), checked after it (one process checks both when it is both).
+ */
+export type Admission = 'session' | 'stream' | 'message' | 'turn'
 
 const WINDOW_MS = 250
 
@@ -50,12 +57,19 @@ export class OverloadGuard {
   lastLoopBusy = 0
   /** p99 of the last complete window (ms). */
   lastLoopDelayMs = 0
+  /** User messages' pace (OVERLOAD_LOOP_BUSY_PERCENT set), over windows of its own. */
+  readonly pacing: PacedAdmission | null
+  private paceTimer: NodeJS.Timeout | null = null
+  private paceUtilization: EventLoopUtilization | null = null
+  private pacedAt = 0
 
   constructor(
     readonly limits: OverloadLimits,
     private readonly metrics?: Metrics,
     private readonly logger?: Logger,
-  ) {}
+  ) {
+    this.pacing = limits.loopBusyPercent ? new PacedAdmission(limits.loopBusyPercent / 100) : null
+  }
 
   /** A guard that never refuses (tests that build a platform by hand). */
   static off(): OverloadGuard {
@@ -69,11 +83,19 @@ export class OverloadGuard {
     this.utilization = performance.eventLoopUtilization()
     this.timer = setInterval(() => this.sample(), WINDOW_MS)
     this.timer.unref()
+    if (this.pacing) {
+      this.paceUtilization = performance.eventLoopUtilization()
+      this.pacedAt = performance.now()
+      this.paceTimer = setInterval(() => this.paceWindow(), PACE_WINDOW_MS)
+      this.paceTimer.unref()
+    }
   }
 
   stop() {
     if (this.timer) clearInterval(this.timer)
+    if (this.paceTimer) clearInterval(this.paceTimer)
     this.timer = null
+    this.paceTimer = null
     this.histogram?.disable()
     this.histogram = null
   }
@@ -112,6 +134,16 @@ export class OverloadGuard {
     }
   }
 
+  private paceWindow() {
+    const now = performance.eventLoopUtilization()
+    const at = performance.now()
+    const busy = performance.eventLoopUtilization(now, this.paceUtilization!).utilization
+    this.pacing!.window(busy, at - this.pacedAt)
+    this.paceUtilization = now
+    this.pacedAt = at
+    this.metrics?.messagePace.set(this.pacing!.pace ?? -1)
+  }
+
   /** Whether the event loop is past its limit right now. */
   get busy(): boolean {
     return this.overloaded
@@ -124,13 +156,20 @@ export class OverloadGuard {
   admit(kind: Admission, load: { streams?: number; turnsInFlight?: number } = {}) {
     const { maxStreams, maxTurnsInFlight } = this.limits
     if (this.late) this.refuse('loop_delay', `The service is overloaded (event-loop delay ${Math.round(this.lastLoopDelayMs)} ms); retry shortly`)
-    if (this.saturated) this.refuse('loop_busy', `The service is overloaded (event loop busy ${Math.round(100 * this.lastLoopBusy)} % of the time); retry shortly`)
+    const paced = kind === 'message' || kind === 'turn'
+    if (this.saturated && !paced) this.refuse('loop_busy', this.busyMessage())
     if ((kind === 'stream' || kind === 'session') && maxStreams > 0 && (load.streams ?? 0) >= maxStreams) {
       this.refuse('streams', `This node holds its maximum of ${maxStreams} open streams; retry shortly (another node may take it)`)
     }
-    if (kind === 'message' && maxTurnsInFlight > 0 && (load.turnsInFlight ?? 0) >= maxTurnsInFlight) {
+    if (kind === 'turn' && maxTurnsInFlight > 0 && (load.turnsInFlight ?? 0) >= maxTurnsInFlight) {
       this.refuse('turns', `This node runs its maximum of ${maxTurnsInFlight} assistant turns at once; retry shortly`)
     }
+    // Last: a message refused for another reason takes no token.
+    if (kind === 'turn' && this.pacing && !this.pacing.take()) this.refuse('loop_busy', this.busyMessage())
+  }
+
+  private busyMessage() {
+    return `The service is overloaded (event loop busy ${Math.round(100 * this.lastLoopBusy)} % of the time); retry shortly`
   }
 
   private refuse(reason: 'loop_delay' | 'loop_busy' | 'streams' | 'turns', message: string): never {

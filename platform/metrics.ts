@@ -27,6 +27,7 @@ export interface Metrics {
   sessionsHibernated: Gauge
   overloadRefused: Counter<'reason'>
   eventLoopDelayP99: Gauge
+  messagePace: Gauge
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -118,13 +119,18 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     }),
     overloadRefused: new Counter({
       name: 'switchboard_overload_refused_total',
-      help: 'New sessions, streams and messages refused with 503 because the process is past what it can serve, by reason (loop_delay, streams, turns)',
+      help: 'New sessions, streams and messages refused with 503 because the process is past what it can serve, by reason (loop_delay, loop_busy, streams, turns)',
       labelNames: ['reason'],
       registers,
     }),
     eventLoopDelayP99: new Gauge({
       name: 'switchboard_event_loop_delay_p99_seconds',
       help: 'p99 event-loop delay over the last 250 ms window (what the overload guard watches)',
+      registers,
+    }),
+    messagePace: new Gauge({
+      name: 'switchboard_overload_message_pace',
+      help: 'User messages per second this process lets in while its event loop is past OVERLOAD_LOOP_BUSY_PERCENT; -1 = not paced',
       registers,
     }),
     sessionsHibernated: new Gauge({
