@@ -1,7 +1,7 @@
 // The batch audit log (spec 2.6): append-only, newest first.
 import { type Collection, DuplicateKeyError, type Store } from '../platform/store/index.js'
 import type { Clock } from '../platform/clock.js'
-import { newId } from '../platform/ids.js'
+import { newOrderedId } from '../platform/ids.js'
 import { type Actor, COLLECTIONS } from './collections.js'
 
 export type LogOperation = 'created' | 'started' | 'stopped' | 'archived' | 'deleted' | 'contacts_added' | 'completed'
@@ -39,7 +39,7 @@ export class BatchLog {
     const now = new Date(this.clock.now())
     try {
       await this.logs.insertOne({
-        _id: entry.id ?? newId(),
+        _id: entry.id ?? newOrderedId(),
         accountId: entry.accountId,
         batchId: entry.batchId,
         operation: entry.operation,

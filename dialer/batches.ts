@@ -2,7 +2,7 @@
 // every move is one conditional update, so two concurrent requests cannot both win.
 import type { Collection, Store } from '../platform/store/index.js'
 import type { Clock } from '../platform/clock.js'
-import { newId } from '../platform/ids.js'
+import { newOrderedId } from '../platform/ids.js'
 import { conflict, notFound } from '../gateway/errors.js'
 import { type Actor, COLLECTIONS } from './collections.js'
 import type { LifecycleType } from './operations.js'
@@ -59,7 +59,7 @@ export class Batches {
   async create(input: Pick<BatchDoc, 'accountId' | 'name' | 'channel' | 'source' | 'duplicateStrategy' | 'rules' | 'tempCsvKey' | 'createdBy'>) {
     const now = new Date(this.clock.now())
     const doc: BatchDoc = {
-      _id: newId(),
+      _id: newOrderedId(),
       status: 'created',
       uploadStatus: input.tempCsvKey ? 'pending' : 'none',
       uploadProgress: 0,

@@ -16,7 +16,7 @@
 import { inSlices, yieldToLoop } from '../platform/background.js'
 import type { Clock } from '../platform/clock.js'
 import { type BulkOp, type Collection, DuplicateKeyError, type Store } from '../platform/store/index.js'
-import { newId, stableId } from '../platform/ids.js'
+import { newOrderedId, stableId } from '../platform/ids.js'
 import { type Actor, COLLECTIONS, type ContactDoc, NO_PRIORITY_RANK } from './collections.js'
 import type { ContactInput } from './contact-input.js'
 import type { Batches, BatchDoc, DuplicateStrategy } from './batches.js'
@@ -171,7 +171,7 @@ export class ChunkApplication {
       if (!known.has(contact.identifier)) {
         known.add(contact.identifier)
         counts.insertedCount++
-        return { kind: 'insert', contactId: newId() }
+        return { kind: 'insert', contactId: newOrderedId() }
       }
       if (contact.onDuplicate === 'recontact') {
         counts.recontactedCount++

@@ -4,7 +4,7 @@
 // loop that serves live sessions never parses, copies or encodes a load's contacts: it passes
 // the chunks on as strings (a string is copied between threads and stored by the queue as is).
 import { parseJsonBody } from '../gateway/request.js'
-import { newId } from '../platform/ids.js'
+import { newOrderedId } from '../platform/ids.js'
 import { parseContactsBody, type ContactInput } from './contact-input.js'
 import type { QueuedContact } from './chunk-application.js'
 
@@ -46,7 +46,7 @@ export function splitIntoChunks<T extends { identifier: string }>(contacts: T[],
 
 /** Fills in missing identifiers (generated ids cannot be related to the source record). */
 export function queuedContacts(contacts: ContactInput[]): QueuedContact[] {
-  return contacts.map(c => (c.identifier ? { ...c, identifier: c.identifier, identifierGenerated: false } : { ...c, identifier: newId(), identifierGenerated: true }))
+  return contacts.map(c => (c.identifier ? { ...c, identifier: c.identifier, identifierGenerated: false } : { ...c, identifier: newOrderedId(), identifierGenerated: true }))
 }
 
 /** Valid contacts as a load ready to queue. */

@@ -3,7 +3,7 @@
 // expired operation is never returned even before the TTL monitor runs.
 import type { Collection, Store } from '../platform/store/index.js'
 import type { Clock } from '../platform/clock.js'
-import { newId } from '../platform/ids.js'
+import { newOrderedId } from '../platform/ids.js'
 import { COLLECTIONS } from './collections.js'
 
 const HOUR = 60 * 60 * 1000
@@ -92,7 +92,7 @@ export class Operations {
   }): Promise<LoadOperationDoc> {
     const now = this.now()
     const doc: LoadOperationDoc = {
-      _id: newId(),
+      _id: newOrderedId(),
       kind: 'contacts.load',
       status: 'pending',
       chunksCompleted: 0,
@@ -111,7 +111,7 @@ export class Operations {
   async createLifecycle(input: { accountId: string; batchId: string; type: LifecycleType }): Promise<LifecycleOperationDoc> {
     const now = this.now()
     const doc: LifecycleOperationDoc = {
-      _id: newId(),
+      _id: newOrderedId(),
       kind: 'batch.lifecycle',
       status: 'pending',
       stage: 'queued',

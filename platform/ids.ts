@@ -2,8 +2,18 @@
 // always gives the same id, used to make retried writes idempotent) are name-based UUIDs
 // (RFC 9562 version 5 layout over SHA-256 instead of SHA-1).
 import { createHash, randomUUID } from 'node:crypto'
+import { v7 } from 'uuid'
 
 export const newId = () => randomUUID()
+
+/**
+ * A time-ordered UUID (RFC 9562 version 7, from the `uuid` package): for records written in
+ * bulk and kept (contacts, attempts, operations, batch log entries). Documents are stored in id
+ * order, so ids in creation order append to the end of the store's tree instead of touching a
+ * random page each: inserting 1,000 contacts at a time into 500,000 ran at ~15,600/s with these
+ * ids against ~3,600/s (and falling as the store grew) with random ones. Sessions keep random ids.
+ */
+export const newOrderedId = () => v7()
 
 export function stableId(name: string): string {
   const h = createHash('sha256').update(name).digest('hex')

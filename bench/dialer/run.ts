@@ -34,7 +34,7 @@
 import { randomUUID } from 'node:crypto'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'
-import { newId } from '../../platform/ids.js'
+import { newId, newOrderedId } from '../../platform/ids.js'
 import { startService } from '../../service.js'
 import { COLLECTIONS, NO_PRIORITY_RANK, type ContactDoc } from '../../dialer/collections.js'
 import type { BatchDoc } from '../../dialer/batches.js'
@@ -116,7 +116,7 @@ async function seedTo(n: number) {
     for (let i = seeded; i < Math.min(n, seeded + SEED_CHUNK); i++) {
       const priority = i % 10 === 0 ? 1 + (i % 9) : null
       docs.push({
-        _id: newId(),
+        _id: newOrderedId(),
         accountId: ACCOUNT,
         batchId,
         identifier: `c${i}`,

@@ -21,7 +21,7 @@
 // claims); attempts in flight finish and are recorded.
 import type { Platform } from '../../platform/index.js'
 import type { Collection } from '../../platform/store/index.js'
-import { newId } from '../../platform/ids.js'
+import { newId, newOrderedId } from '../../platform/ids.js'
 import { COLLECTIONS, type AddressDoc, type ContactDoc } from '../collections.js'
 import { ActiveContacts } from '../active-contacts.js'
 import type { BatchDoc } from '../batches.js'
@@ -276,7 +276,7 @@ export class Scheduler {
   /** Records the attempt as in flight, then lets the provider run it in the background. */
   private async dispatch(batch: BatchDoc, contact: ContactDoc, address: AddressDoc, now: number) {
     const provider = this.deps.providers(batch.channel, batch.rules ?? {})
-    const attemptId = newId()
+    const attemptId = newOrderedId()
     const attemptNumber = contact.attempts + 1
     await this.deps.attempts.begin({
       _id: attemptId,
