@@ -138,7 +138,7 @@ export class OverloadGuard {
     const now = performance.eventLoopUtilization()
     const at = performance.now()
     const busy = performance.eventLoopUtilization(now, this.paceUtilization!).utilization
-    this.pacing!.window(busy, at - this.pacedAt)
+    this.pacing!.window(busy, Math.max(1, at - this.pacedAt))
     this.paceUtilization = now
     this.pacedAt = at
     this.metrics?.messagePace.set(this.pacing!.pace ?? -1)
