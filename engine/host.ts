@@ -128,6 +128,7 @@ export class SessionHost {
   constructor(private readonly options: HostOptions) {
     const { store } = options.platform
     this.overload = options.platform.overload ?? OverloadGuard.off()
+    this.overload.hostsTurns()
     const { channel } = options.platform.config
     this.events =
       options.events ??

@@ -9,7 +9,8 @@
 //     queue up (seen at 2,000 msg/s: delay p99 25 ms, replies 600 ms late). New sessions and
 //     streams are refused while two windows in a row are past it, until one is 10 points under;
 //     user messages are let in at the pace the loop can serve (gateway/paced-admission.ts),
-//     where their turn runs (the engine's check, `turn`);
+//     where their turn runs (the engine's check, `turn`; in a process that is both, the gateway's
+//     `message` check refuses one early when the pace has no room);
 //   - open streams on this process above OVERLOAD_MAX_STREAMS (new streams only);
 //   - assistant turns in flight on this process above ENGINE_MAX_TURNS_IN_FLIGHT (messages that
 //     would start a turn only).
@@ -62,6 +63,8 @@ export class OverloadGuard {
   private paceTimer: NodeJS.Timeout | null = null
   private paceUtilization: EventLoopUtilization | null = null
   private pacedAt = 0
+  /** Turns run in this process (it hosts an engine): the edge can look at their pace. */
+  private turnsHere = false
 
   constructor(
     readonly limits: OverloadLimits,
@@ -144,6 +147,11 @@ export class OverloadGuard {
     this.metrics?.messagePace.set(this.pacing!.pace ?? -1)
   }
 
+  /** This process runs turns (an engine lives in it): messages at its edge are checked against their pace. */
+  hostsTurns() {
+    this.turnsHere = true
+  }
+
   /** Whether the event loop is past its limit right now. */
   get busy(): boolean {
     return this.overloaded
@@ -164,7 +172,9 @@ export class OverloadGuard {
     if (kind === 'turn' && maxTurnsInFlight > 0 && (load.turnsInFlight ?? 0) >= maxTurnsInFlight) {
       this.refuse('turns', `This node runs its maximum of ${maxTurnsInFlight} assistant turns at once; retry shortly`)
     }
-    // Last: a message refused for another reason takes no token.
+    // Last: a message refused for another reason takes no token. Where the turn runs in this
+    // process, a message is looked at against the pace at the edge too, before its session is.
+    if (kind === 'message' && this.pacing && this.turnsHere && !this.pacing.allows()) this.refuse('loop_busy', this.busyMessage())
     if (kind === 'turn' && this.pacing && !this.pacing.take()) this.refuse('loop_busy', this.busyMessage())
   }
 
