@@ -18,7 +18,9 @@
 //   shows in the reply time as it would for one client multiplexing sessions; the number of sessions:
 //   each session its own client). BENCH_SERVICE_ENV='{"K":"V"}' adds service settings.
 //   BENCH_PROFILE=dir  a CPU and an allocation profile of each measured window (bench/sse/long-ticks.ts
-//   reads them); BENCH_TRACE_GC=1 adds --trace-gc
+//   reads them); BENCH_TRACE_GC=1 adds --trace-gc; BENCH_PROMOTED=1 profiles only what outlived
+//   young-generation collections; BENCH_SERVER_NODE_FLAGS='--flag ...' adds Node/V8 flags to the
+//   server processes (e.g. --heapsnapshot-signal=SIGUSR2 --diagnostic-dir=/tmp/hs)
 import { fork, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { Agent, request } from 'node:http'
@@ -105,6 +107,7 @@ export function startServer(mode: string, env: Record<string, string> = {}): Pro
         '--expose-gc',
         '--max-old-space-size=4096',
         ...(process.env.BENCH_TRACE_GC ? ['--trace-gc'] : []),
+        ...(process.env.BENCH_SERVER_NODE_FLAGS ?? '').split(' ').filter(Boolean),
       ],
       env: { ...process.env, BENCH_CREWS_FILE: crewsFile(), ...env },
       stdio: ['ignore', process.env.BENCH_TRACE_GC ? 'inherit' : 'ignore', 'inherit', 'ipc'],

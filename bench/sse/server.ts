@@ -240,6 +240,8 @@ function startNode(): Promise<number> {
 
 // BENCH_PROFILE=dir: a CPU profile and an allocation profile of each measured window only
 // (started on `reset`, written on `stats`), named <mode>-<n>.cpuprofile / .heapprofile.
+// BENCH_PROMOTED=1: the allocation profile leaves out what young-generation collections freed,
+// so it shows what lived long enough to be promoted (the old-space growth a major GC clears).
 const profileDir = process.env.BENCH_PROFILE
 let profiling: import('node:inspector').Session | null = null
 let windowNo = 0
@@ -255,7 +257,7 @@ async function startProfile() {
   await post('Profiler.setSamplingInterval', { interval: 500 })
   await post('Profiler.start')
   await post('HeapProfiler.enable')
-  await post('HeapProfiler.startSampling', { samplingInterval: 16384, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
+  await post('HeapProfiler.startSampling', { samplingInterval: 16384, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: !process.env.BENCH_PROMOTED })
 }
 async function stopProfile() {
   if (!profiling) return

@@ -96,6 +96,19 @@ export class IndexKeyError extends Error {
  * whether any indexed path held an array.
  */
 export function documentKeys(doc: Record<string, any>, fields: string[]): { keys: KeyPart[][]; multi: boolean } {
+  // Most documents hold a plain value at every indexed top-level field: one key, built directly.
+  const key: KeyPart[] = []
+  for (const field of fields) {
+    const value = doc[field]
+    if (Array.isArray(value) || field.includes('.')) return everyKey(doc, fields)
+    const [rank, payload] = encodeValue(value)
+    key.push(rank, payload)
+  }
+  return { keys: [key], multi: false }
+}
+
+/** Every key prefix of a document whose indexed paths go through embedded documents or arrays. */
+function everyKey(doc: Record<string, any>, fields: string[]): { keys: KeyPart[][]; multi: boolean } {
   let combos: KeyPart[][] = [[]]
   let multi = false
   for (const field of fields) {
@@ -112,6 +125,13 @@ export function documentKeys(doc: Record<string, any>, fields: string[]): { keys
     combos = next
   }
   return { keys: combos, multi }
+}
+
+/** Whether two keys (part lists) are the same, as partId() would tell. */
+export function sameKey(a: readonly KeyPart[], b: readonly KeyPart[]): boolean {
+  if (a.length !== b.length) return false
+  for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i]) && !(a[i] === 0 && b[i] === 0)) return false
+  return true
 }
 
 /** A string naming a key (part list) exactly, for sets and diffs. */

@@ -58,7 +58,7 @@ import { type Clock, systemClock } from '../clock.js'
 import type { Logger } from '../logger.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, projectDocs, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
-import { documentKeys, encodeValue, KEY_MAX, mayBeCut, partId, pathValues, RANK, type KeyPart } from './index-keys.js'
+import { documentKeys, encodeValue, KEY_MAX, mayBeCut, partId, pathValues, RANK, sameKey, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
 import { WriteHolds } from './write-holds.js'
 import { countByPipeline, countPlan, countRowsOf, keyValue, type CountRow, type CountValue } from './counted-index.js'
@@ -231,7 +231,15 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   private async inSlices(slice: (started: number) => boolean): Promise<boolean> {
     for (;;) {
       if (this.store.closed) return false
-      const more = await this.store.env.transaction(() => this.store.holds.run(() => slice(performance.now())))
+      const more = await this.store.env.transaction(() =>
+        this.store.holds.run(() => {
+          try {
+            return slice(performance.now())
+          } finally {
+            this.flushCounts()
+          }
+        }),
+      )
       if (!more) return true
       await new Promise(resolve => setImmediate(resolve))
     }
@@ -295,6 +303,10 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
           return { ok: work() }
         } catch (error) {
           return { error }
+        } finally {
+          // With the writes of this callback, whatever they were (an unordered bulk write keeps
+          // those before a duplicate).
+          this.flushCounts()
         }
       }, queuedAt),
     )
@@ -491,11 +503,35 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     return indexes.map(index => (index.covers && !index.covers(doc) ? { index, keys: [], multi: false } : { index, ...documentKeys(doc, index.fields) }))
   }
 
-  /** Moves a counted index's number for one key (removed at zero: only keys some document has are kept). */
+  /**
+   * Moves a counted index's number for one key. The moves of one transaction callback are added
+   * up and written once at its end (flushCounts): a load's 1,000 new contacts move the same two
+   * or three keys, and a claim and its settlement move them back and forth.
+   */
   private count(counts: Database<number, KeyPart[]>, key: KeyPart[], by: number) {
-    const n = (counts.get(key) ?? 0) + by
-    if (n > 0) counts.putSync(key, n)
-    else counts.removeSync(key)
+    let moves = this.countMoves.get(counts)
+    if (!moves) this.countMoves.set(counts, (moves = new Map()))
+    const id = partId(key)
+    const move = moves.get(id)
+    if (move) move.by += by
+    else moves.set(id, { key, by })
+  }
+
+  /** Counted moves not yet written, per counted index (see count()). */
+  private readonly countMoves = new Map<Database<number, KeyPart[]>, Map<string, { key: KeyPart[]; by: number }>>()
+
+  /** Writes the counted moves (removing a key at zero: only keys some document has are kept). */
+  private flushCounts() {
+    if (this.countMoves.size === 0) return
+    for (const [counts, moves] of this.countMoves) {
+      for (const { key, by } of moves.values()) {
+        if (by === 0) continue
+        const n = (counts.get(key) ?? 0) + by
+        if (n > 0) counts.putSync(key, n)
+        else counts.removeSync(key)
+      }
+    }
+    this.countMoves.clear()
   }
 
   /** Takes a document's key out of an index, or one off its number. */
@@ -534,10 +570,21 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     if (taken) throw duplicate(this.name, taken)
     const before = previous ? this.entriesOf(previous, indexes) : undefined
     entries.forEach(({ index, keys, multi }, i) => {
-      const old = new Set((before?.[i]?.keys ?? []).map(partId))
-      const fresh = new Set(keys.map(partId))
-      for (const key of before?.[i]?.keys ?? []) if (!fresh.has(partId(key))) this.removeEntry(index, key, doc._id)
-      for (const key of keys) if (!old.has(partId(key))) this.putEntry(index, key, doc._id)
+      const oldKeys = before?.[i]?.keys ?? []
+      if (oldKeys.length === 0) {
+        for (const key of keys) this.putEntry(index, key, doc._id)
+      } else if (oldKeys.length === 1 && keys.length === 1) {
+        // One key before and after (no array on an indexed path): the common update.
+        if (!sameKey(oldKeys[0]!, keys[0]!)) {
+          this.removeEntry(index, oldKeys[0]!, doc._id)
+          this.putEntry(index, keys[0]!, doc._id)
+        }
+      } else {
+        const old = new Set(oldKeys.map(partId))
+        const fresh = new Set(keys.map(partId))
+        for (const key of oldKeys) if (!fresh.has(partId(key))) this.removeEntry(index, key, doc._id)
+        for (const key of keys) if (!old.has(partId(key))) this.putEntry(index, key, doc._id)
+      }
       if (multi && !index.multikey) this.markMultikey(index)
     })
     this.putDocument(doc)

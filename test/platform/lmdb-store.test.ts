@@ -439,6 +439,45 @@ t.test('a counted index answers counts without reading documents or entries, and
   t.ok(second.reads.documents > 0)
 })
 
+t.test('the moves of one write transaction add up on a counted index: its numbers match the documents, and a key no document has is gone', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  await store.ensureIndexes('contacts', [
+    { name: 'batch_state', key: { batchId: 1, state: 1 }, counted: true },
+    { name: 'batch_identifier_unique', key: { batchId: 1, identifier: 1 }, unique: true },
+  ])
+  const contacts = store.collection('contacts')
+  const numbers = async () => {
+    const out: Record<string, number> = {}
+    for (const d of await contacts.find({})) out[`${d.batchId}/${d.state}`] = (out[`${d.batchId}/${d.state}`] ?? 0) + 1
+    return out
+  }
+  const counted = async () => {
+    const out: Record<string, number> = {}
+    for (const batchId of ['b0', 'b1']) for (const row of await contacts.countBy({ batchId }, ['state'])) out[`${batchId}/${row.values[0]}`] = row.n
+    return out
+  }
+  // One transaction: 200 inserts into the same two keys, one duplicate in the middle (unordered:
+  // the others are kept), then claims and settlements that move a key back and forth.
+  const docs = Array.from({ length: 200 }, (_, i) => ({ _id: `c${i}`, batchId: `b${i % 2}`, identifier: `i${i}`, state: 'pending' }))
+  const duplicate = { _id: 'dup', batchId: 'b0', identifier: 'i0', state: 'pending' }
+  const inserted = await contacts.bulkWrite([...docs.slice(0, 100), duplicate, ...docs.slice(100)].map(document => ({ insertOne: { document } })), { ordered: false })
+  t.same([inserted.insertedCount, inserted.duplicateKeyIndexes], [200, [100]])
+  t.same(await counted(), await numbers(), 'after an unordered bulk insert cut by a duplicate')
+  t.same(await counted(), { 'b0/pending': 100, 'b1/pending': 100 })
+  await contacts.bulkWrite([
+    ...Array.from({ length: 30 }, (_, i) => ({ updateOne: { filter: { _id: `c${i}` }, update: { $set: { state: 'in_progress' } } } })),
+    ...Array.from({ length: 30 }, (_, i) => ({ updateOne: { filter: { _id: `c${i}` }, update: { $set: { state: i % 3 === 0 ? 'done' : 'pending' } } } })),
+  ])
+  t.same(await counted(), await numbers(), 'after claims and settlements in one transaction')
+  t.notOk('b0/in_progress' in (await counted()), 'a key moved to zero and back is not kept')
+  await contacts.updateMany({ batchId: 'b1' }, { $set: { state: 'done' } })
+  await contacts.deleteMany({ batchId: 'b0', state: 'pending' })
+  t.same(await counted(), await numbers(), 'after updateMany and deleteMany')
+  t.same(await counted(), { 'b0/done': 5, 'b1/done': 100 })
+  t.equal(store.countDb('contacts', 'batch_state').getCount(), 2, 'only keys some document has')
+})
+
 t.test('an index declared counted after it had entries: counts from the start, its old entries emptied in the background', async t => {
   const path = tempDir(t)
   const first = new LmdbStore({ path, sweepIntervalMs: 0 })
