@@ -581,6 +581,7 @@ export class SessionHost {
       const provider = this.options.providers[crew.assistant.provider]
       if (!provider) throw new Error(`no provider ${crew.assistant.provider}`)
       let text = ''
+      let chunks = 0
       const calls: RequestedCall[] = []
       const stream = provider.generate({
         crew,
@@ -595,7 +596,10 @@ export class SessionHost {
         if (controller.signal.aborted) return
         if (chunk.type === 'text') {
           text += chunk.delta
-          sendBack({ type: 'gen.delta', delta: chunk.delta, at: this.now })
+          // The machine learns once that the reply is being written; the chunks go straight to
+          // the streams (see engine/machine.ts), in order with what the machine publishes.
+          if (chunks === 0) sendBack({ type: 'gen.writing', at: this.now })
+          this.publishChunk(input, chunks++, chunk.delta)
         } else {
           calls.push(chunk)
         }
@@ -615,6 +619,13 @@ export class SessionHost {
     return () => {
       if (!finished) controller.abort()
     }
+  }
+
+  /** One chunk of the reply a live session's generation is writing, to its streams. */
+  private publishChunk(input: GenerationInput, index: number, delta: string) {
+    const live = this.live.get(input.sessionId)
+    if (!live || live.finished) return
+    this.emit(live, { kind: 'event', name: 'assistant.response', data: { messageId: input.messageId, turnId: input.turnId, index, delta } })
   }
 
   // ---------------------------------------------------------------- after every event

@@ -1,7 +1,11 @@
 // The assistant session as a pure XState v5 machine. Every effect leaves it as an emitted event
 // (`log` for the history, `publish` for consumer streams) or as an invoked actor (`generate`,
 // `runTools`) whose implementation the host provides. Guards only read context and event;
-// time arrives inside events (`at`), never from a clock.
+// time arrives inside events (`at`), never from a clock. One exception, for cost: a reply's
+// chunks (`assistant.response`) are published by the generation as they stream, under the
+// message id and chunk index it is given; the machine only learns that the turn began writing
+// (`gen.writing`, once) and then the whole reply (`gen.completed`). A transition per chunk was
+// four of a short reply's six (measured: most of the machine's share of a message's CPU).
 //
 //   active.idle ──user.message / attend──▶ active.generating ──gen.completed(tools)──▶ active.tooling
 //        ▲                                     │  ▲                                        │
@@ -75,7 +79,8 @@ export interface SessionContext {
   pendingTools: PendingTool[]
   /** Recently resolved correlation ids (bounded), so a late duplicate is told apart from an unknown id. */
   resolved: string[]
-  draft: { messageId: string; text: string; chunks: number } | null
+  /** The reply being written (its chunks streamed since gen.writing); null between replies. */
+  draft: { messageId: string } | null
   transfers: number
   createdAt: number
   updatedAt: number
@@ -105,7 +110,7 @@ export type SessionEvent =
   | ({ type: 'session.destroy'; reason: string; by: 'channel' | 'admin' | 'system'; userId?: string } & At)
   | ({ type: 'session.expire' } & At)
   | ({ type: 'session.restored'; logPosition: number } & At)
-  | ({ type: 'gen.delta'; delta: string } & At)
+  | ({ type: 'gen.writing' } & At)
   | ({ type: 'gen.completed'; text: string; toolCalls: PendingTool[] } & At)
   | ({ type: 'gen.failed'; error: string } & At)
   | ({ type: 'tool.result'; callId: string; result: unknown; ok: boolean } & At)
@@ -119,6 +124,8 @@ export interface GenerationInput {
   crewId: string
   agentId: string
   turnId: number
+  /** The id of the reply this generation writes: its chunks and its message carry it. */
+  messageId: string
   arguments: Record<string, unknown>
   messages: ConversationMessage[]
   /** False once the turn used its tool rounds: the reply must be text. */
@@ -228,6 +235,8 @@ function contextMessages(r: Recorder, input: ContextMessageInput[], userId: stri
 }
 
 const turnToolsPending = (context: SessionContext) => context.pendingTools.some(p => p.origin === 'turn')
+/** The id of the reply a turn's round writes (its chunks and its message carry it). */
+const replyId = (context: SessionContext) => `t${context.turnId}.${context.toolRounds}`
 
 export function initialContext(input: SessionInput): SessionContext {
   const base: SessionContext = {
@@ -337,11 +346,7 @@ export const sessionMachine = setup({
     }),
     resetToolRounds: step(r => r.set({ toolRounds: 0 })),
     markReplyOwed: step(r => r.set({ replyOwed: true })),
-    publishDelta: step<Extract<SessionEvent, { type: 'gen.delta' }>>((r, e, context) => {
-      const draft = context.draft ?? { messageId: `t${context.turnId}.${context.toolRounds}`, text: '', chunks: 0 }
-      r.set({ draft: { messageId: draft.messageId, text: draft.text + e.delta, chunks: draft.chunks + 1 } })
-      r.publish('assistant.response', { messageId: draft.messageId, turnId: context.turnId, index: draft.chunks, delta: e.delta })
-    }),
+    markWriting: step((r, _e, context) => r.set({ draft: { messageId: replyId(context) } })),
     recordUserMessage: step<Extract<SessionEvent, { type: 'user.message' }>>((r, e, context) => {
       const { text, triggered } = applyGuardrails(e.text, context.guardrails, 'user')
       const seq = r.log('message.user', { consumerId: e.consumerId, text })
@@ -357,7 +362,7 @@ export const sessionMachine = setup({
     }),
     recordReply: step<Extract<SessionEvent, { type: 'gen.completed' }>>((r, e, context) => {
       const { text, triggered } = applyGuardrails(e.text, context.guardrails, 'assistant')
-      const messageId = context.draft?.messageId ?? `t${context.turnId}.${context.toolRounds}`
+      const messageId = replyId(context)
       const seq = r.log('message.assistant', { source: 'generated', messageId, turnId: context.turnId, agentId: context.agentId, text })
       for (const guardrail of triggered) r.log('guardrail.triggered', { guardrail, action: 'redact', messageSeq: seq, side: 'assistant' })
       r.addMessage({ id: messageId, author: 'assistant', text, source: 'generated', at: r.at, agentId: context.agentId })
@@ -366,7 +371,7 @@ export const sessionMachine = setup({
       r.touch()
     }),
     recordToolRequest: step<Extract<SessionEvent, { type: 'gen.completed' }>>((r, e, context) => {
-      const messageId = context.draft?.messageId ?? `t${context.turnId}.${context.toolRounds}`
+      const messageId = replyId(context)
       r.log('message.assistant', {
         source: 'generated',
         messageId,
@@ -537,13 +542,14 @@ export const sessionMachine = setup({
               crewId: context.crewId,
               agentId: context.agentId,
               turnId: context.turnId,
+              messageId: replyId(context),
               arguments: context.arguments,
               messages: context.messages,
               toolsAllowed: context.toolRounds < context.maxToolRounds,
             }),
           },
           on: {
-            'gen.delta': { actions: 'publishDelta' },
+            'gen.writing': { actions: 'markWriting' },
             'gen.completed': [
               { guard: 'asksForTools', target: 'tooling', actions: 'recordToolRequest' },
               { guard: 'replyOwed', target: 'generating', reenter: true, actions: 'recordReply' },

@@ -39,6 +39,7 @@ t.test('a user message: 201, then writing, response chunks, message, waiting on 
   t.ok(chunks.length > 1, 'the reply streams in chunks')
   t.equal(chunks.map(c => c.data.delta).join(''), message.data.text, 'chunks add up to the message')
   t.same(chunks.map(c => c.data.index), chunks.map((_, i) => i))
+  t.ok(chunks.every(c => c.data.messageId === message.data.messageId && c.data.turnId === 1), 'the chunks carry the message\'s id and turn')
   t.match(message.data, { sessionId, agentId: 'general', text: 'You said: Tell me about plans', messageId: String, turnId: 1 })
   t.same(turn.map(e => e.event).slice(-2), ['assistant.message', 'crew.status.waiting'])
   const ids = stream.events.map(e => Number(e.id))
@@ -52,6 +53,11 @@ t.test('tools in a turn: echo', async t => {
   t.equal((await send(base, sessionId, consumerId, 'echo good morning')).status, 201)
   const message = await stream.next('assistant.message')
   t.equal(message.data.text, 'The echo tool returned: good morning')
+  // The reply after the tool is the turn's second round: its own id, on its chunks too.
+  const chunks = stream.events.filter(e => e.event === 'assistant.response')
+  t.equal(chunks.map(c => c.data.delta).join(''), message.data.text)
+  t.ok(chunks.every(c => c.data.messageId === message.data.messageId), `chunks under ${message.data.messageId}`)
+  t.same(chunks.map(c => c.data.index), chunks.map((_, i) => i))
   stream.close()
 })
 

@@ -83,19 +83,28 @@ t.test('dynamic outbound: whispered context, then the assistant speaks first', a
   t.equal(s.state(), 'active.idle')
 })
 
-t.test('a user message turn: writing, response chunks, message, waiting', async t => {
-  const s = start()
+t.test('a user message turn: writing, the reply, waiting (its chunks are the generation\'s to stream)', async t => {
+  const generations: GenerationInput[] = []
+  const machine = sessionMachine.provide({
+    actors: {
+      generate: fromCallback<SessionEvent, GenerationInput>(({ input }) => {
+        generations.push(input)
+        return () => {}
+      }),
+    },
+  })
+  const s = start({}, machine)
   s.send({ type: 'user.message', text: 'hello', consumerId: 'c-1', at: at(1) })
   t.equal(s.state(), 'active.generating')
-  s.send({ type: 'gen.delta', delta: 'Hel', at: at(1) })
-  s.send({ type: 'gen.delta', delta: 'lo', at: at(1) })
+  t.equal(s.ctx().draft, null)
+  s.send({ type: 'gen.writing', at: at(1) })
+  t.same(s.ctx().draft, { messageId: generations[0]!.messageId }, 'writing: the reply in progress')
   s.send({ type: 'gen.completed', text: 'Hello', toolCalls: [], at: at(2) })
   t.equal(s.state(), 'active.idle')
-  t.same(names(s.published), ['crew.status.waiting', 'crew.status.writing', 'assistant.response', 'assistant.response', 'assistant.message', 'crew.status.waiting'])
-  const [d0, d1, msg] = s.published.slice(2, 5)
-  t.same([d0!.data.index, d1!.data.index], [0, 1])
-  t.equal(d0!.data.messageId, msg!.data.messageId, 'chunks and message share the message id')
-  t.equal(msg!.data.text, 'Hello')
+  t.same(names(s.published), ['crew.status.waiting', 'crew.status.writing', 'assistant.message', 'crew.status.waiting'])
+  const msg = s.published[2]!
+  t.equal(generations[0]!.messageId, msg.data.messageId, 'the generation writes its chunks under the message\'s id')
+  t.equal(msg.data.text, 'Hello')
   t.same(s.ctx().messages.map(m => [m.author, m.text]), [['user', 'hello'], ['assistant', 'Hello']])
   t.equal(s.ctx().idleDeadline, at(2) + 60_000, 'activity moves the idle deadline')
   t.match(s.ctx().summary, /1 user message\(s\), 1 assistant message\(s\)/)
@@ -192,10 +201,11 @@ t.test('pause interrupts a reply in progress; resume produces it again', async t
   })
   const s = start({}, machine)
   s.send({ type: 'user.message', text: 'hi', consumerId: 'c-1', at: at(1) })
-  s.send({ type: 'gen.delta', delta: 'partial', at: at(1) })
+  s.send({ type: 'gen.writing', at: at(1) })
   s.send({ type: 'admin.pause', userId: 'sup', at: at(2) })
   t.equal(stopped, 1, 'the generation was stopped')
   t.equal(s.ctx().draft, null)
+  t.equal(s.log.find(e => e.type === 'session.paused')!.interruptedTurn, true, 'the log says a reply was cut short')
   t.throws(() => s.send({ type: 'gen.completed', text: 'late', toolCalls: [], at: at(3) }), IllegalMoveError, 'a late completion is refused')
   s.send({ type: 'admin.resume', userId: 'sup', at: at(4) })
   t.equal(generations.length, 2)
