@@ -4,8 +4,8 @@
 // time arrives inside events (`at`), never from a clock. One exception, for cost: a reply's
 // chunks (`assistant.response`) are published by the generation as they stream, under the
 // message id and chunk index it is given; the machine only learns that the turn began writing
-// (`gen.writing`, once) and then the whole reply (`gen.completed`). A transition per chunk was
-// four of a short reply's six (measured: most of the machine's share of a message's CPU).
+// (`gen.writing`, once) and then the whole reply (`gen.completed`): a transition per chunk was
+// four of the six transitions of a four-word reply.
 //
 //   active.idle ──user.message / attend──▶ active.generating ──gen.completed(tools)──▶ active.tooling
 //        ▲                                     │  ▲                                        │

@@ -505,8 +505,8 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   /**
    * Moves a counted index's number for one key. The moves of one transaction callback are added
-   * up and written once at its end (flushCounts): a load's 1,000 new contacts move the same two
-   * or three keys, and a claim and its settlement move them back and forth.
+   * up and written once at its end (flushCounts): a slice of a load's new contacts moves the same
+   * two keys once per contact, and a claim and its settlement move them back and forth.
    */
   private count(counts: Database<number, KeyPart[]>, key: KeyPart[], by: number) {
     let moves = this.countMoves.get(counts)
