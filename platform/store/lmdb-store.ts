@@ -231,15 +231,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   private async inSlices(slice: (started: number) => boolean): Promise<boolean> {
     for (;;) {
       if (this.store.closed) return false
-      const more = await this.store.env.transaction(() =>
-        this.store.holds.run(() => {
-          try {
-            return slice(performance.now())
-          } finally {
-            this.flushCounts()
-          }
-        }),
-      )
+      const more = await this.transaction(() => slice(performance.now()))
       if (!more) return true
       await new Promise(resolve => setImmediate(resolve))
     }
@@ -293,23 +285,32 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     this.plannable = this.indexes.filter((index): index is EntryIndex => index.db !== undefined && !index.building)
   }
 
-  /** Runs `work` inside a write transaction; its error (thrown before any write) rejects. */
-  private async write<R>(work: () => R): Promise<R> {
-    const queuedAt = performance.now()
-    const outcome = await this.store.env.transaction((): Outcome<R> =>
+  /**
+   * `work` as one callback of a write transaction, timed (WriteHolds), its counted moves written
+   * at its end whatever it did (an unordered bulk write keeps the writes before a duplicate).
+   */
+  private transaction<R>(work: () => R, queuedAt?: number): Promise<R> {
+    return this.store.env.transaction(() =>
       this.store.holds.run(() => {
         try {
-          this.fresh()
-          return { ok: work() }
-        } catch (error) {
-          return { error }
+          return work()
         } finally {
-          // With the writes of this callback, whatever they were (an unordered bulk write keeps
-          // those before a duplicate).
           this.flushCounts()
         }
       }, queuedAt),
     )
+  }
+
+  /** Runs `work` inside a write transaction; its error (thrown before any write) rejects. */
+  private async write<R>(work: () => R): Promise<R> {
+    const outcome = await this.transaction((): Outcome<R> => {
+      try {
+        this.fresh()
+        return { ok: work() }
+      } catch (error) {
+        return { error }
+      }
+    }, performance.now())
     if ('error' in outcome) throw outcome.error
     return outcome.ok
   }
