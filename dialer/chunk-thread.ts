@@ -10,84 +10,33 @@
 // and operation timestamps are what the loop would have written. If the thread cannot start or
 // dies, apply() answers null and the caller applies the chunk itself (every step of a chunk is
 // idempotent, whatever the thread did of it); after a few restarts it stays off.
-import { Worker } from 'node:worker_threads'
 import type { Clock } from '../platform/clock.js'
+import { ThreadRequests } from '../platform/thread-requests.js'
 import type { ChunkMessage } from './chunk-application.js'
 
 export type ChunkRequest = { id: number; path: string; now: number; message: ChunkMessage } | { id: number; path: string; close: true }
 export type ChunkAnswer = { id: number; closed: boolean } | { id: number; error: string } | { id: number; released: true }
 
-const MAX_RESTARTS = 3
-
-class ChunkWorker {
-  private worker: Worker | null = null
-  private readonly jobs = new Map<number, (answer: ChunkAnswer | null) => void>()
-  private next = 0
-  private restarts = 0
-
-  /** The worker's answer, or null when there is no worker (the caller does the work). */
-  request(build: (id: number) => ChunkRequest): Promise<ChunkAnswer | null> {
-    const worker = this.running()
-    if (!worker) return Promise.resolve(null)
-    const id = this.next++
-    return new Promise(resolve => {
-      this.jobs.set(id, resolve)
-      worker.ref() // work in progress keeps the process alive; idle, the thread does not
-      worker.postMessage(build(id))
-    })
-  }
-
-  /** Whether a worker is up now (no start for a question). */
-  get up() {
-    return this.worker !== null
-  }
-
-  private running(): Worker | null {
-    if (this.worker) return this.worker
-    if (this.restarts >= MAX_RESTARTS) return null
-    this.restarts++
-    try {
-      const here = import.meta.url
-      // Under the TypeScript loader (tests, benches) the worker is the .ts source; built, the .js.
-      const worker = new Worker(new URL(here.endsWith('.ts') ? './chunk-thread-worker.ts' : './chunk-thread-worker.js', here))
-      worker.on('message', (answer: ChunkAnswer) => {
-        this.jobs.get(answer.id)?.(answer)
-        this.jobs.delete(answer.id)
-        if (this.jobs.size === 0) worker.unref()
-      })
-      const gone = () => {
-        if (this.worker !== worker) return
-        this.worker = null
-        for (const done of this.jobs.values()) done(null)
-        this.jobs.clear()
-      }
-      worker.on('error', gone)
-      worker.on('exit', gone)
-      worker.unref()
-      this.worker = worker
-      return worker
-    } catch {
-      return null
-    }
-  }
-}
-
-const shared = new ChunkWorker()
+const shared = new ThreadRequests<ChunkRequest, ChunkAnswer>(import.meta.url, 'chunk-thread-worker')
 
 /** One service's use of the shared thread: its database, its clock. */
 export class ChunkThread {
   private used = false
 
+  /** `written`: called once the thread answered, so that the loop's next read sees what it committed. */
   constructor(
     private readonly path: string,
     private readonly clock: Clock,
+    private readonly written: () => void = () => {},
   ) {}
 
   /** Applies a chunk in the thread: whether it closed the operation; null when the thread is not there. */
   async apply(message: ChunkMessage): Promise<boolean | null> {
     this.used = true
     const answer = await shared.request(id => ({ id, path: this.path, now: this.clock.now(), message }))
-    if (answer === null) return null
+    if (answer !== 'unsent') this.written()
+    // Not sent, or the thread died with it: every step of a chunk is idempotent, the caller applies it.
+    if (answer === 'unsent' || answer === 'lost') return null
     if ('error' in answer) throw new Error(answer.error)
     return 'closed' in answer ? answer.closed : null
   }

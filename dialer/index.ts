@@ -37,7 +37,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
   const operations = new Operations(store, clock)
   const log = new BatchLog(store, clock)
   // Beside the embedded store, chunks are applied off the loop that serves live sessions.
-  const chunkThread = store.sharedPath && platform.config.dialer.applyThread ? new ChunkThread(store.sharedPath, clock) : undefined
+  const chunkThread = store.sharedPath && platform.config.dialer.applyThread ? new ChunkThread(store.sharedPath, clock, () => store.renewReads?.()) : undefined
   const loads = new ContactLoads(platform, batches, operations, log, chunkThread)
   const lifecycle = new BatchLifecycle(platform, batches, operations, log)
   const imports = new CsvImports(platform, new FileBlobStore(platform.config.dataDir), batches, operations, loads)

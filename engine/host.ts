@@ -8,6 +8,7 @@ import { createActor, fromCallback, type Actor } from 'xstate'
 import { ApiError } from '../gateway/errors.js'
 import { OverloadGuard } from '../gateway/overload.js'
 import type { Platform } from '../platform/index.js'
+import { OffLoopStore, type Store } from '../platform/store/index.js'
 import type { SessionRecorder } from '../reports/index.js'
 import type { CrewCatalog, Crew } from './crews.js'
 import { CrewSlots } from './crew-slots.js'
@@ -92,6 +93,11 @@ export interface HostOptions {
   hibernateAfterMs?: number
   /** Batch size and retry policy of the write-behind (defaults in engine/session-writer.ts). */
   writeBehind?: { batch?: number; maxAttempts?: number; retryMs?: number }
+  /**
+   * Where sessions persist (default: the platform's store). An OffLoopStore (writes in the
+   * store's write thread, ENGINE_WRITE_THREAD) is released when the host stops.
+   */
+  store?: Store
 }
 
 /** Ownership of sessions across engine nodes; see engine/ownership.ts. */
@@ -126,7 +132,7 @@ export class SessionHost {
   private readonly overload: OverloadGuard
 
   constructor(private readonly options: HostOptions) {
-    const { store } = options.platform
+    const store = options.store ?? options.platform.store
     this.overload = options.platform.overload ?? OverloadGuard.off()
     this.overload.hostsTurns()
     const { channel } = options.platform.config
@@ -937,6 +943,7 @@ export class SessionHost {
     }
     this.live.clear()
     await Promise.all(this.cleanups)
+    if (this.options.store instanceof OffLoopStore) await this.options.store.close()
   }
 
   /** For tests and the bench: the snapshot of a live session. */

@@ -4,6 +4,7 @@ import { ApiError } from '../gateway/errors.js'
 import type { ServiceModule } from '../gateway/routes.js'
 import type { Platform } from '../platform/index.js'
 import { SessionRecorder } from '../reports/index.js'
+import { writesOffTheLoop } from '../platform/store/index.js'
 import { loadCrews, type CrewCatalog } from './crews.js'
 import { type HostOptions, SessionHost } from './host.js'
 import { ChannelHub } from './hub.js'
@@ -83,10 +84,13 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
 
 /** The actor host of this process; clustered nodes add leases and publishing. */
 function newHost(platform: Platform, crews: CrewCatalog, options: EngineOptions, cluster: Partial<HostOptions> = {}) {
+  // Sessions and their report records write to the embedded store from a thread of their own (see platform/store/write-thread.ts).
+  const store = platform.config.engine.writeThread ? writesOffTheLoop(platform.store) : platform.store
   return new SessionHost({
     platform,
     crews,
-    recorder: new SessionRecorder(platform.store, platform.clock),
+    store,
+    recorder: new SessionRecorder(store, platform.clock),
     providers: { scripted: new ScriptedProvider(), openai: new OpenAiProvider(), ...options.providers },
     idleTimeoutMs: platform.config.engine.sessionIdleTimeoutMs,
     externalToolTimeoutMs: platform.config.engine.externalToolTimeoutMs,

@@ -120,6 +120,8 @@ export interface Config {
     reaperIntervalMs: number
     /** Attempts of a write the store refuses before a session is marked not persisted (its next change tries again). */
     persistMaxFailures: number
+    /** Session writes to the embedded store run in a thread of their own, off the loop (ENGINE_WRITE_THREAD). */
+    writeThread: boolean
     /** Consumer ids a session remembers (over every gateway); past it the least recently used is forgotten. */
     maxConsumerIdsPerSession: number
     /** A session quiet this long lets its actor go (woken from its snapshot by its next command); 0 = never. */
@@ -286,6 +288,7 @@ export function loadConfig(env: Env = process.env): Config {
       drainTimeoutMs: int(env, 'ENGINE_DRAIN_TIMEOUT_MS', 10_000, 0),
       reaperIntervalMs: int(env, 'ENGINE_REAPER_INTERVAL_MS', 60_000, 10),
       persistMaxFailures: int(env, 'ENGINE_PERSIST_MAX_FAILURES', 8, 1),
+      writeThread: int(env, 'ENGINE_WRITE_THREAD', 1, 0) === 1,
       maxConsumerIdsPerSession: int(env, 'ENGINE_MAX_CONSUMER_IDS_PER_SESSION', 64, 1),
       hibernateAfterMs: int(env, 'ENGINE_HIBERNATE_AFTER_MS', 10_000, 0),
     },

@@ -1058,6 +1058,15 @@ export class LmdbStore implements Store {
     for (const spec of indexes) await collection.addIndex(spec)
   }
 
+  /**
+   * Another thread of this process committed a write (write-thread.ts): this thread's next read
+   * opens a fresh read transaction and sees it. lmdb-js renews its read transaction once per
+   * macrotask on its own, which a write answered within that macrotask would not wait for.
+   */
+  renewReads() {
+    if (!this.closed) this.env.resetReadTxn()
+  }
+
   /** The indexes declared for a collection, as stored (by any process sharing the environment). */
   declared(collection: string): StoredIndex[] {
     return (this.meta.get(collection) as StoredIndex[] | undefined) ?? []

@@ -131,6 +131,8 @@ export interface Store {
   readonly keepsCounts: boolean
   /** Where another thread of this process can open the same database (the embedded store); absent: it cannot. */
   readonly sharedPath?: string
+  /** Writes another thread committed to `sharedPath` are seen by this thread's next read (lmdb-js keeps a read snapshot per macrotask). */
+  renewReads?(): void
   /** Every caller of one collection passes the same options. */
   collection<T extends Doc = Doc>(name: string, options?: CollectionOptions): Collection<T>
   ensureIndexes(collection: string, indexes: IndexSpec[]): Promise<void>

@@ -5,6 +5,11 @@ import t from 'tap'
 import { call, startTestService } from '../support/harness.js'
 import { CHANNEL, createSession } from '../support/sse.js'
 
+// Faults are injected by replacing a collection method of the service's store object, so the
+// engine writes through that object here (ENGINE_WRITE_THREAD=0). With the write thread, a
+// refused write reaches the write-behind as the same rejected promise (test/platform/write-thread.test.ts).
+const ON_THE_LOOP = { ENGINE_WRITE_THREAD: '0' }
+
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 
 async function metric(metricsBase: string, name: string): Promise<number> {
@@ -14,7 +19,7 @@ async function metric(metricsBase: string, name: string): Promise<number> {
 }
 
 t.test('a session whose snapshot write always fails stops retrying and is reported', async t => {
-  const { base, metricsBase, service } = await startTestService(t, { env: { ENGINE_PERSIST_MAX_FAILURES: '3' } })
+  const { base, metricsBase, service } = await startTestService(t, { env: { ...ON_THE_LOOP, ENGINE_PERSIST_MAX_FAILURES: '3' } })
   const { stream, sessionId, consumerId } = await createSession(base)
   t.teardown(() => stream.close())
 
@@ -54,7 +59,7 @@ t.test('a session whose snapshot write always fails stops retrying and is report
 })
 
 t.test('a user message whose history entry cannot be written is not acknowledged (503), and is once the store takes writes again', async t => {
-  const { base, service } = await startTestService(t, { env: { ENGINE_PERSIST_MAX_FAILURES: '2' } })
+  const { base, service } = await startTestService(t, { env: { ...ON_THE_LOOP, ENGINE_PERSIST_MAX_FAILURES: '2' } })
   const { stream, sessionId, consumerId } = await createSession(base)
   t.teardown(() => stream.close())
   await stream.next('crew.status.waiting')
@@ -78,7 +83,7 @@ t.test('a user message whose history entry cannot be written is not acknowledged
 })
 
 t.test('a user message is acknowledged once its history entry is written, not after the snapshot write that follows', async t => {
-  const { base, service } = await startTestService(t)
+  const { base, service } = await startTestService(t, { env: ON_THE_LOOP })
   const { stream, sessionId, consumerId } = await createSession(base)
   t.teardown(() => stream.close())
   await stream.next('crew.status.waiting')

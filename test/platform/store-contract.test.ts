@@ -4,7 +4,8 @@
 // everything the repositories rely on. Every subtest runs on every store; a difference is a bug
 // in one of them. The one deliberate difference is noted where it shows: an upsert whose filter
 // and $setOnInsert give no _id gets a generated one (a UUID string here, an ObjectId from mongod);
-// repositories always give the _id.
+// repositories always give the _id. 'lmdb-thread' is LmdbStore seen through OffLoopStore (its
+// writes run in the store's write thread, reads on this loop): every read after a write must see it.
 import t from 'tap'
 import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -15,20 +16,26 @@ import { MemoryStore } from '../../platform/store/memory-store.js'
 import { MongoStore } from '../../platform/store/mongo-store.js'
 import { type Doc, DuplicateKeyError, type Store } from '../../platform/store/types.js'
 import { UnsafeUpdatePathError } from '../../platform/store/update-paths.js'
+import { OffLoopStore } from '../../platform/store/write-thread.js'
 import { startMongoTestServer, type MongoTestServer } from '../support/mongo-server.js'
 import { bucketKey, bucketKeyExpression, HOUR, offsetSegments } from '../../reports/time-buckets.js'
 
-type Kind = 'memory' | 'lmdb' | 'mongo'
+type Kind = 'memory' | 'lmdb' | 'lmdb-thread' | 'mongo'
 
 let server: MongoTestServer | undefined
 t.teardown(() => server?.stop())
 
 async function open(kind: Kind): Promise<Store> {
   if (kind === 'memory') return new MemoryStore()
-  if (kind === 'lmdb') {
+  if (kind === 'lmdb' || kind === 'lmdb-thread') {
     const dir = mkdtempSync(join(tmpdir(), 'sb-contract-'))
     t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-    return new LmdbStore({ path: dir })
+    const store = new LmdbStore({ path: dir })
+    if (kind === 'lmdb') return store
+    const offLoop = new OffLoopStore(store)
+    // Closing it releases the thread's handle; the store is closed after.
+    const release = offLoop.close.bind(offLoop)
+    return Object.assign(offLoop, { close: () => release().then(() => store.close()) })
   }
   server ??= await startMongoTestServer()
   const url = new URL(server.url)
@@ -53,7 +60,7 @@ async function waitFor(check: () => Promise<boolean>, ms: number): Promise<boole
   }
 }
 
-for (const kind of ['memory', 'lmdb', 'mongo'] as const) {
+for (const kind of ['memory', 'lmdb', 'lmdb-thread', 'mongo'] as const) {
   t.test(`${kind} store`, async t => {
     const store = await open(kind)
     t.teardown(() => store.close())
