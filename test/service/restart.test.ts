@@ -30,93 +30,96 @@ async function until<T>(what: string, check: () => Promise<T | undefined | false
   }
 }
 
-t.test('kill -9 mid-load and mid-conversation, then a restart on the same DATA_DIR', async t => {
-  const dataDir = mkdtempSync(join(tmpdir(), 'sb-restart-'))
-  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
-  // Small chunks, one worker: the loads take a while to apply, so the kill lands in the middle.
-  const env = { DATA_DIR: dataDir, API_KEYS, LOG_LEVEL: 'warn', DIALER_CHUNK_SIZE: '10', DIALER_WORKER_CONCURRENCY: '1', DIALER_CYCLE_MS: '0' }
-  const first = await startProcess(t, 'embedded-1', env)
-  t.match(await waitHealthy(first), { store: 'lmdb', bus: 'embedded' })
+// Sessions' writes on the loop and in the store's write thread (ENGINE_WRITE_THREAD; its default depends on the cores).
+for (const writeThread of ['1', '0']) {
+  t.test(`kill -9 mid-load and mid-conversation, then a restart on the same DATA_DIR (ENGINE_WRITE_THREAD=${writeThread})`, async t => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'sb-restart-'))
+    t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
+    // Small chunks, one worker: the loads take a while to apply, so the kill lands in the middle.
+    const env = { DATA_DIR: dataDir, API_KEYS, LOG_LEVEL: 'warn', DIALER_CHUNK_SIZE: '10', DIALER_WORKER_CONCURRENCY: '1', DIALER_CYCLE_MS: '0', ENGINE_WRITE_THREAD: writeThread }
+    const first = await startProcess(t, 'embedded-1', env)
+    t.match(await waitHealthy(first), { store: 'lmdb', bus: 'embedded' })
 
-  // A key issued by the CLI while the service runs: the service reads the same database.
-  const cli = await run(process.execPath, [join(buildService(), 'cli', 'keys.js'), 'issue', '--account', 'acme', '--roles', 'dialer,reports', '--name', 'restart test'], {
-    env: { PATH: process.env.PATH ?? '', DATA_DIR: dataDir },
+    // A key issued by the CLI while the service runs: the service reads the same database.
+    const cli = await run(process.execPath, [join(buildService(), 'cli', 'keys.js'), 'issue', '--account', 'acme', '--roles', 'dialer,reports', '--name', 'restart test'], {
+      env: { PATH: process.env.PATH ?? '', DATA_DIR: dataDir },
+    })
+    const issued = JSON.parse(cli.stdout) as { keyId: string; key: string }
+    t.equal((await call(first.base, 'GET', '/dialer/v1/batches', { key: issued.key })).status, 200, 'the CLI key works on the running service')
+
+    const batchId = await createBatch(first.base)
+    const blocked = await call(first.base, 'POST', '/dialer/v1/blocked-addresses', { body: { address: phone(1), addressType: 'phone', reason: 'asked' } })
+    t.equal(blocked.status, 200)
+    const createOnce = { body: { name: 'Once', channel: 'email', duplicateStrategy: 'skip' }, headers: { 'Idempotency-Key': 'restart-create-1' } }
+    const created = await call(first.base, 'POST', '/dialer/v1/batches', createOnce)
+    t.equal(created.status, 201)
+
+    // A conversation: one full turn, then a message accepted just before the kill.
+    const session = await createSession(first.base)
+    const { sessionId, consumerId } = session
+    await session.stream.next('crew.status.waiting')
+    t.equal((await call(first.base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'first question' } })).status, 201)
+    await session.stream.next('assistant.message')
+
+    const operations: string[] = []
+    for (let load = 0; load < 5; load++) {
+      const contacts = Array.from({ length: 1000 }, (_, i) => contact(load * 1000 + i + 2))
+      const res = await call(first.base, 'POST', `/dialer/v1/batches/${batchId}/contacts`, { body: { contacts } })
+      t.equal(res.status, 202, `load ${load} acknowledged`)
+      operations.push(res.json.operationId)
+    }
+    const accepted = await call(first.base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'second question' } })
+    t.equal(accepted.status, 201, 'a user message acknowledged')
+    const last = await call(first.base, 'GET', `/dialer/v1/batches/operations/${operations[4]}`)
+    t.ok(['pending', 'running'].includes(last.json.status), `the last load is still being applied at the kill (${last.json.status})`)
+    await first.kill()
+    session.stream.close()
+
+    const second = await startProcess(t, 'embedded-2', env)
+    await waitHealthy(second)
+    const base = second.base
+
+    t.equal((await call(base, 'GET', '/dialer/v1/batches', { key: issued.key })).status, 200, 'the CLI key survived')
+    t.equal((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).status, 200, 'the batch survived')
+
+    // Every acknowledged load completes after the restart, each contact applied once.
+    let inserted = 0
+    for (const operationId of operations) {
+      const done = await waitForOperation(base, operationId, KEYS.acme, 60_000)
+      t.equal(done.status, 'succeeded', `operation ${operationId} completed`)
+      inserted += done.insertedCount
+    }
+    const listed = await call(base, 'GET', `/dialer/v1/batches/${batchId}/contacts?limit=1`)
+    t.equal(listed.json.total, 5000, 'all 5,000 contacts, none twice')
+    t.equal(inserted, 5000, 'the operations counted each contact once')
+
+    const blockedList = await call(base, 'GET', `/dialer/v1/blocked-addresses?address=${phone(1)}`)
+    t.equal(blockedList.status, 200)
+    t.match(JSON.stringify(blockedList.json), phone(1), 'the blocked address survived')
+
+    const replay = await call(base, 'POST', '/dialer/v1/batches', createOnce)
+    t.equal(replay.headers.get('idempotency-replayed'), 'true', 'the idempotency record survived')
+    t.equal(replay.json.batchId, created.json.batchId)
+
+    const logs = await call(base, 'GET', `/dialer/v1/batches/${batchId}/logs?limit=100`)
+    t.ok(logs.json.data.some((l: any) => l.operation === 'contacts_added'), 'the batch log survived and grew')
+
+    // The session: restored on its first command, the accepted message answered, a new one too.
+    const history = async () => (await call(base, 'GET', `${ADMIN}/${sessionId}/history`, { headers: USER })).json
+    const texts = async () => JSON.stringify(await history())
+    t.match(await texts(), 'second question', 'the acknowledged user message is in the history')
+    t.equal((await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'third question' } })).status, 201, 'the session takes a new message')
+    await until('the replies', async () => {
+      const all = await texts()
+      return all.includes('You said: second question') && all.includes('You said: third question')
+    })
+    t.pass('the message accepted before the kill and the new one are answered')
+
+    // Its report record.
+    const now = Date.now()
+    const report = await call(base, 'GET', `/engine/v1/api/reports/sessions-detail?page=0&pageSize=50&crew_id=demo&start_ts=${now - 3_600_000}&end_ts=${now + 60_000}`)
+    t.equal(report.status, 200)
+    t.match(JSON.stringify(report.json), sessionId, 'the session record survived')
+    await second.terminate()
   })
-  const issued = JSON.parse(cli.stdout) as { keyId: string; key: string }
-  t.equal((await call(first.base, 'GET', '/dialer/v1/batches', { key: issued.key })).status, 200, 'the CLI key works on the running service')
-
-  const batchId = await createBatch(first.base)
-  const blocked = await call(first.base, 'POST', '/dialer/v1/blocked-addresses', { body: { address: phone(1), addressType: 'phone', reason: 'asked' } })
-  t.equal(blocked.status, 200)
-  const createOnce = { body: { name: 'Once', channel: 'email', duplicateStrategy: 'skip' }, headers: { 'Idempotency-Key': 'restart-create-1' } }
-  const created = await call(first.base, 'POST', '/dialer/v1/batches', createOnce)
-  t.equal(created.status, 201)
-
-  // A conversation: one full turn, then a message accepted just before the kill.
-  const session = await createSession(first.base)
-  const { sessionId, consumerId } = session
-  await session.stream.next('crew.status.waiting')
-  t.equal((await call(first.base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'first question' } })).status, 201)
-  await session.stream.next('assistant.message')
-
-  const operations: string[] = []
-  for (let load = 0; load < 5; load++) {
-    const contacts = Array.from({ length: 1000 }, (_, i) => contact(load * 1000 + i + 2))
-    const res = await call(first.base, 'POST', `/dialer/v1/batches/${batchId}/contacts`, { body: { contacts } })
-    t.equal(res.status, 202, `load ${load} acknowledged`)
-    operations.push(res.json.operationId)
-  }
-  const accepted = await call(first.base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'second question' } })
-  t.equal(accepted.status, 201, 'a user message acknowledged')
-  const last = await call(first.base, 'GET', `/dialer/v1/batches/operations/${operations[4]}`)
-  t.ok(['pending', 'running'].includes(last.json.status), `the last load is still being applied at the kill (${last.json.status})`)
-  await first.kill()
-  session.stream.close()
-
-  const second = await startProcess(t, 'embedded-2', env)
-  await waitHealthy(second)
-  const base = second.base
-
-  t.equal((await call(base, 'GET', '/dialer/v1/batches', { key: issued.key })).status, 200, 'the CLI key survived')
-  t.equal((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).status, 200, 'the batch survived')
-
-  // Every acknowledged load completes after the restart, each contact applied once.
-  let inserted = 0
-  for (const operationId of operations) {
-    const done = await waitForOperation(base, operationId, KEYS.acme, 60_000)
-    t.equal(done.status, 'succeeded', `operation ${operationId} completed`)
-    inserted += done.insertedCount
-  }
-  const listed = await call(base, 'GET', `/dialer/v1/batches/${batchId}/contacts?limit=1`)
-  t.equal(listed.json.total, 5000, 'all 5,000 contacts, none twice')
-  t.equal(inserted, 5000, 'the operations counted each contact once')
-
-  const blockedList = await call(base, 'GET', `/dialer/v1/blocked-addresses?address=${phone(1)}`)
-  t.equal(blockedList.status, 200)
-  t.match(JSON.stringify(blockedList.json), phone(1), 'the blocked address survived')
-
-  const replay = await call(base, 'POST', '/dialer/v1/batches', createOnce)
-  t.equal(replay.headers.get('idempotency-replayed'), 'true', 'the idempotency record survived')
-  t.equal(replay.json.batchId, created.json.batchId)
-
-  const logs = await call(base, 'GET', `/dialer/v1/batches/${batchId}/logs?limit=100`)
-  t.ok(logs.json.data.some((l: any) => l.operation === 'contacts_added'), 'the batch log survived and grew')
-
-  // The session: restored on its first command, the accepted message answered, a new one too.
-  const history = async () => (await call(base, 'GET', `${ADMIN}/${sessionId}/history`, { headers: USER })).json
-  const texts = async () => JSON.stringify(await history())
-  t.match(await texts(), 'second question', 'the acknowledged user message is in the history')
-  t.equal((await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'third question' } })).status, 201, 'the session takes a new message')
-  await until('the replies', async () => {
-    const all = await texts()
-    return all.includes('You said: second question') && all.includes('You said: third question')
-  })
-  t.pass('the message accepted before the kill and the new one are answered')
-
-  // Its report record.
-  const now = Date.now()
-  const report = await call(base, 'GET', `/engine/v1/api/reports/sessions-detail?page=0&pageSize=50&crew_id=demo&start_ts=${now - 3_600_000}&end_ts=${now + 60_000}`)
-  t.equal(report.status, 200)
-  t.match(JSON.stringify(report.json), sessionId, 'the session record survived')
-  await second.terminate()
-})
+}

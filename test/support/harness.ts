@@ -72,6 +72,9 @@ export async function startTestService(
     // Load shedding on event-loop delay is off unless a test asks for it (test/channel/overload):
     // a shared CI machine and the TypeScript loader stall the loop for reasons of their own.
     OVERLOAD_LOOP_DELAY_MS: '0',
+    // Sessions write through the store's write thread whatever the cores of the machine (its
+    // default depends on them): the suites prove that path; test/service/restart.test.ts runs both.
+    ENGINE_WRITE_THREAD: '1',
     ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}),
     ...options.env,
   })
