@@ -5,6 +5,9 @@
 //   node --import @tapjs/typescript/import bench/sse/allocations.ts <file.heapprofile> [messages]
 import { readFileSync } from 'node:fs'
 
+/** The repository's root as profiles spell it (file:///…/): frames under it, outside node_modules, are the service's own. */
+const ROOT = new URL('../../', import.meta.url).href
+
 interface HeapNode {
   callFrame: { functionName: string; url: string; lineNumber: number }
   selfSize: number
@@ -20,9 +23,9 @@ const messages = Number(messagesArg ?? 0)
 const { head } = JSON.parse(readFileSync(file, 'utf8')) as { head: HeapNode }
 const label = (n: HeapNode) => {
   const { functionName, url, lineNumber } = n.callFrame
-  return `${functionName || '(anonymous)'} ${url ? `${url.replace(/^.*\/(realtime|node_modules)\//, '$1/')}:${lineNumber + 1}` : ''}`.trim()
+  return `${functionName || '(anonymous)'} ${url ? `${url.replace(ROOT, '').replace(/^.*\/node_modules\//, 'node_modules/')}:${lineNumber + 1}` : ''}`.trim()
 }
-const own = (n: HeapNode) => n.callFrame.url.includes('/realtime/') && !n.callFrame.url.includes('node_modules')
+const own = (n: HeapNode) => n.callFrame.url.startsWith(ROOT) && !n.callFrame.url.includes('node_modules')
 const self = new Map<string, number>()
 const byOwn = new Map<string, number>()
 let total = 0

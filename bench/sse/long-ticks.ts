@@ -8,6 +8,9 @@
 //   node --import @tapjs/typescript/import bench/sse/long-ticks.ts <file.cpuprofile> [thresholdMs=20]
 import { readFileSync } from 'node:fs'
 
+/** The repository's root as profiles spell it (file:///…/): frames under it, outside node_modules, are the service's own. */
+const ROOT = new URL('../../', import.meta.url).href
+
 interface ProfileNode {
   id: number
   callFrame: { functionName: string; url: string; lineNumber: number }
@@ -32,14 +35,14 @@ for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n
 
 const label = (id: number) => {
   const { functionName, url, lineNumber } = byId.get(id)!.callFrame
-  const where = url ? `${url.replace(/^.*\/(realtime|node_modules)\//, '$1/')}:${lineNumber + 1}` : ''
+  const where = url ? `${url.replace(ROOT, '').replace(/^.*\/node_modules\//, 'node_modules/')}:${lineNumber + 1}` : ''
   return `${functionName || '(anonymous)'} ${where}`.trim()
 }
 /** The first frame of our own code on the stack (what in the service led to this sample). */
 const ownFrame = (id: number) => {
   for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) {
     const url = byId.get(at)!.callFrame.url
-    if (url.includes('/realtime/') && !url.includes('node_modules')) return label(at)
+    if (url.startsWith(ROOT) && !url.includes('node_modules')) return label(at)
   }
   return label(id)
 }
