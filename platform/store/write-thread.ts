@@ -9,8 +9,9 @@
 //
 // Reads stay on the loop. After each answer the loop's read transaction is renewed, so a read
 // that follows an acknowledged write sees it (lmdb-js would otherwise keep reading from the
-// snapshot it opened earlier in the same turn). Writes keep their order: the thread starts each
-// one as its message arrives, and lmdb-js commits them in the order they were started.
+// snapshot it opened earlier in the same turn). Writes keep their order: writes asked for together
+// go as one message (sent a microtask after the first of them), the thread starts them in that
+// order as the message arrives, and lmdb-js commits writes in the order they were started.
 //
 // Collections kept as JSON write on the loop: their one-time move from MessagePack runs in the
 // handle that opens them, and it must be one. If the thread cannot start (or died too often),
@@ -32,7 +33,7 @@ export interface WriteOp {
 }
 export type WriteOutcome = { result: unknown } | { error: { name: string; message: string } }
 
-/** The writes of one macrotask go as one message (a postMessage and a wake-up of the thread each cost more than most writes' clone). */
+/** Writes asked for together go as one message (a postMessage and a wake-up of the thread each cost more than most writes' clone). */
 export type WriteRequest = { id: number; path: string; writes: WriteOp[] } | { id: number; path: string; close: true }
 export type WriteAnswer = { id: number; outcomes: WriteOutcome[] } | { id: number; released: true }
 
@@ -86,7 +87,7 @@ export class OffLoopStore implements Store {
     return this.local.ensureIndexes(collection, indexes)
   }
 
-  /** Writes asked for in this macrotask, sent together once it is done. */
+  /** Writes asked for since the last message, sent together a microtask after the first of them. */
   private queued: { op: WriteOp; settle: (outcome: WriteOutcome | 'unsent' | 'lost') => void }[] = []
 
   /** @internal runs one write in the thread; undefined when there is no thread (the caller writes here). */

@@ -2,6 +2,7 @@
 import t from 'tap'
 import { call, KEYS, startTestService } from '../support/harness.js'
 import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
+import { crewsFile } from '../engine/fixtures/crews.js'
 
 const USER = { UserId: 'supervisor-7' }
 const MISSING = '7d2c1b56-43c1-4a8e-9f11-0b8e2a3c9d10'
@@ -205,6 +206,24 @@ t.test('pause and resume: nothing while paused, kept messages answered after res
   t.same((await history()).data.filter((e: any) => e.userId).map((e: any) => e.type), ['session.paused', 'session.resumed'])
   record = await service.platform.store.collection('session_records').findOne({ _id: sessionId })
   t.match(record, { status: 'active', user_messages: 1, assistant_messages: 1 })
+})
+
+t.test('pause in the middle of a streaming reply: the history says a reply was cut short; a pause between turns does not', async t => {
+  const crews = crewsFile({ patchDemo: { assistant: { provider: 'scripted', chunkDelayMs: 100, fallback: 'one two three four five six' } } })
+  const { base } = await startTestService(t, { env: { CREWS_FILE: crews } })
+  const { sessionId, consumerId, stream } = await createSession(base)
+  t.teardown(() => stream.close())
+  t.equal((await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'tell me' } })).status, 201)
+  t.equal((await stream.next('assistant.response')).data.delta, 'one ', 'the reply is streaming')
+  t.equal((await adminCall(base, 'PUT', `${sessionId}/pause`)).status, 200)
+  t.equal((await adminCall(base, 'PUT', `${sessionId}/resume`)).status, 200)
+  await stream.next('assistant.message') // the reply owed, written again after resume
+  t.equal((await adminCall(base, 'PUT', `${sessionId}/pause`)).status, 200)
+  const history = (await adminCall(base, 'GET', `${sessionId}/history`)).json.data as any[]
+  const pauses = history.filter(e => e.type === 'session.paused')
+  t.equal(pauses.length, 2)
+  t.equal(pauses[0].interruptedTurn, true, 'the first pause cut a reply short')
+  t.notOk(pauses[1].interruptedTurn, 'the second came between turns')
 })
 
 t.test('history: an ordered timeline, paged', async t => {
