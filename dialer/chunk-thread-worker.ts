@@ -3,7 +3,7 @@
 // clock reads the time the chunk was posted with.
 import { parentPort } from 'node:worker_threads'
 import { lowerThreadPriority } from '../platform/background.js'
-import { LmdbStore } from '../platform/store/lmdb-store.js'
+import { ThreadStoreHandles } from '../platform/store/thread-handles.js'
 import { ActiveContacts } from './active-contacts.js'
 import { BatchLog } from './batch-log.js'
 import { Batches } from './batches.js'
@@ -14,7 +14,7 @@ import { Operations } from './operations.js'
 // Background work: on a busy machine the kernel runs the event loop's thread first.
 lowerThreadPriority()
 
-const stores = new Map<string, LmdbStore>()
+const stores = new ThreadStoreHandles()
 
 const answer = (message: ChunkAnswer) => parentPort!.postMessage(message)
 
@@ -24,17 +24,10 @@ parentPort!.on('message', (request: ChunkRequest) => {
 
 async function handle(request: ChunkRequest) {
   if ('close' in request) {
-    const store = stores.get(request.path)
-    stores.delete(request.path)
-    await store?.close()
+    await stores.release(request.path)
     return answer({ id: request.id, released: true })
   }
-  let store = stores.get(request.path)
-  if (!store) {
-    // TTL sweeps stay with the service's own handle.
-    store = new LmdbStore({ path: request.path, sweepIntervalMs: 0 })
-    stores.set(request.path, store)
-  }
+  const store = stores.open(request.path)
   const clock = { now: () => request.now }
   const application = new ChunkApplication({
     store,

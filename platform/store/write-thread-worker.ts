@@ -3,10 +3,10 @@
 // a message all start at once (not each after the one before it finishes), so lmdb-js gathers
 // them into one transaction, in the order they were sent.
 import { parentPort } from 'node:worker_threads'
-import { LmdbStore } from './lmdb-store.js'
+import { ThreadStoreHandles } from './thread-handles.js'
 import type { WriteAnswer, WriteMethod, WriteOutcome, WriteRequest } from './write-thread.js'
 
-const stores = new Map<string, LmdbStore>()
+const stores = new ThreadStoreHandles()
 
 const answer = (message: WriteAnswer) => parentPort!.postMessage(message)
 
@@ -18,23 +18,15 @@ const failed = (error: Error): WriteOutcome => ({ error: { name: error?.name ?? 
 
 async function handle(request: WriteRequest) {
   if ('close' in request) {
-    const store = stores.get(request.path)
-    stores.delete(request.path)
-    await store?.close()
+    await stores.release(request.path)
     return answer({ id: request.id, released: true })
   }
-  let store = stores.get(request.path)
-  if (!store) {
-    // TTL sweeps stay with the service's own handle.
-    store = new LmdbStore({ path: request.path, sweepIntervalMs: 0 })
-    stores.set(request.path, store)
-  }
-  const opened = store
+  const store = stores.open(request.path)
   // All started at once, in order: lmdb-js runs them in one transaction, in that order.
   const outcomes = await Promise.all(
     request.writes.map(async ({ collection, method, args }): Promise<WriteOutcome> => {
       try {
-        const target = opened.collection(collection) as unknown as Record<WriteMethod, (...a: unknown[]) => Promise<unknown>>
+        const target = store.collection(collection) as unknown as Record<WriteMethod, (...a: unknown[]) => Promise<unknown>>
         return { result: await target[method](...args) }
       } catch (error) {
         return failed(error as Error)
