@@ -11,7 +11,7 @@ export class ThreadRequests<Request extends { id: number }, Answer extends { id:
   private worker: Worker | null = null
   private readonly jobs = new Map<number, (outcome: ThreadOutcome<Answer>) => void>()
   private next = 0
-  private restarts = 0
+  private starts = 0
 
   /**
    * `moduleUrl` is the caller's import.meta.url and `script` the worker's file name beside it,
@@ -47,8 +47,8 @@ export class ThreadRequests<Request extends { id: number }, Answer extends { id:
 
   private running(): Worker | null {
     if (this.worker) return this.worker
-    if (this.restarts >= this.maxStarts) return null
-    this.restarts++
+    if (this.starts >= this.maxStarts) return null
+    this.starts++
     try {
       const extension = this.moduleUrl.endsWith('.ts') ? '.ts' : '.js'
       const worker = new Worker(new URL(`./${this.script}${extension}`, this.moduleUrl))
