@@ -29,7 +29,7 @@
 //
 //   node --import @tapjs/typescript/import bench/dialer/run.ts     (or: make bench BENCH=dialer)
 // Env: DIALER_BENCH_SMALL (100000), DIALER_BENCH_LARGE (1000000), DIALER_BENCH_CYCLES (10),
-// DIALER_BENCH_DISPATCH_MS (8000).
+// DIALER_BENCH_DISPATCH_MS (8000); BENCH_PROFILE=dir profiles each dispatch window (bench/profile-window.ts).
 // Hard stop: 12 minutes from start (DIALER_BENCH_HARD_STOP_MS); a row cut short says so and covers what finished.
 import { randomUUID } from 'node:crypto'
 import { loadConfig } from '../../platform/config.js'
@@ -40,6 +40,7 @@ import { COLLECTIONS, NO_PRIORITY_RANK, type ContactDoc } from '../../dialer/col
 import type { BatchDoc } from '../../dialer/batches.js'
 import { ManualClock, schedulerOf } from '../../dialer/scheduler/index.js'
 import { progressOf, PROGRESS_FIELDS } from '../../dialer/scheduler/control.js'
+import { ProfileWindow } from '../profile-window.js'
 import { runHeader, writeResults } from '../support.js'
 import { countByPipeline, countRowsOf } from '../../platform/store/counted-index.js'
 
@@ -292,6 +293,7 @@ interface DispatchRow {
 
 async function dispatch(n: number): Promise<DispatchRow> {
   await batches.updateOne({ _id: batchId }, { $set: { rules: { maxInFlight: DISPATCH_ROOM } } })
+  const profile = await ProfileWindow.start()
   const t0 = process.hrtime.bigint()
   let attempts = 0
   let cycles = 0
@@ -303,6 +305,7 @@ async function dispatch(n: number): Promise<DispatchRow> {
   }
   await scheduler.drain()
   const seconds = ms(t0) / 1000
+  await profile?.stop(`dispatch-${n}`)
   await batches.updateOne({ _id: batchId }, { $set: { rules: { maxInFlight: CYCLE_ROOM } } })
   const row = { contacts: n, complete: !pastDeadline(), cycles, attempts, seconds: round(seconds, 2), attemptsPerSecond: Math.round(attempts / seconds) }
   console.log(`${n} contacts: ${attempts} attempts dispatched in ${row.seconds} s over ${cycles} cycles: ${row.attemptsPerSecond}/s`)

@@ -11,6 +11,7 @@ import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { getHeapSpaceStatistics } from 'node:v8'
 import { constants, monitorEventLoopDelay, performance, PerformanceObserver } from 'node:perf_hooks'
+import { ProfileWindow } from '../profile-window.js'
 
 const mode = process.argv[2]
 const KEY = 'bench-key-0000000000000000'
@@ -238,36 +239,15 @@ function startNode(): Promise<number> {
   return new Promise(resolve => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)))
 }
 
-// BENCH_PROFILE=dir: a CPU profile and an allocation profile of each measured window only
-// (started on `reset`, written on `stats`), named <mode>-<n>.cpuprofile / .heapprofile.
-// BENCH_PROMOTED=1: the allocation profile leaves out what young-generation collections freed,
-// so it shows what lived long enough to be promoted (the old-space growth a major GC clears).
-const profileDir = process.env.BENCH_PROFILE
-let profiling: import('node:inspector').Session | null = null
+// BENCH_PROFILE=dir: a CPU and an allocation profile of each measured window (started on
+// `reset`, written on `stats`), named <mode>-<n> (bench/profile-window.ts).
+let profiling: ProfileWindow | null = null
 let windowNo = 0
-async function post(method: string, params: object = {}): Promise<any> {
-  return new Promise((resolve, reject) => profiling!.post(method, params, (error, result) => (error ? reject(error) : resolve(result))))
-}
 async function startProfile() {
-  if (!profileDir) return
-  const { Session } = await import('node:inspector')
-  profiling = new Session()
-  profiling.connect()
-  await post('Profiler.enable')
-  await post('Profiler.setSamplingInterval', { interval: 500 })
-  await post('Profiler.start')
-  await post('HeapProfiler.enable')
-  await post('HeapProfiler.startSampling', { samplingInterval: 16384, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: !process.env.BENCH_PROMOTED })
+  profiling = await ProfileWindow.start()
 }
 async function stopProfile() {
-  if (!profiling) return
-  const { writeFileSync } = await import('node:fs')
-  const { profile } = await post('Profiler.stop')
-  const { profile: heap } = await post('HeapProfiler.stopSampling')
-  windowNo++
-  writeFileSync(`${profileDir}/${mode}-${windowNo}.cpuprofile`, JSON.stringify(profile))
-  writeFileSync(`${profileDir}/${mode}-${windowNo}.heapprofile`, JSON.stringify(heap))
-  profiling.disconnect()
+  await profiling?.stop(`${mode}-${++windowNo}`)
   profiling = null
 }
 
