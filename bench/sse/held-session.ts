@@ -1,15 +1,19 @@
 // What one held session costs: opens N streams on a fresh server (bench/sse/server.ts, default
 // `switchboard`), takes a heap snapshot before and after, and prints the heap retained per
 // session by constructor (the difference divided by N), beside RSS per session.
+// BENCH_HELD_MESSAGES=M: each session first has M user messages answered (at
+// BENCH_HELD_RATE/s, 500), so the difference is what a conversation that went on keeps.
 //
 //   node --import @tapjs/typescript/import bench/sse/held-session.ts [N=2000] [mode=switchboard]
 import { readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { openStreams, startServer, type Stream } from './run.js'
+import { Load, openStreams, startServer, type Stream } from './run.js'
 
 const N = Number(process.argv[2] ?? 2000)
 const mode = process.argv[3] ?? 'switchboard'
+const MESSAGES = Number(process.env.BENCH_HELD_MESSAGES ?? 0)
+const RATE = Number(process.env.BENCH_HELD_RATE ?? 500)
 
 interface Snapshot {
   snapshot: { meta: { node_fields: string[]; node_types: [string[]] } }
@@ -48,6 +52,12 @@ const a = await snap('a')
 const t0 = performance.now()
 await openStreams(server.port, server.key, N, streams)
 const seconds = (performance.now() - t0) / 1000
+if (MESSAGES > 0) {
+  const talking = new Load(server.port, server.key, streams.slice(200))
+  const sent = await talking.openLoop(RATE, (N * MESSAGES) / RATE)
+  talking.close()
+  console.log(`${sent.sent} messages sent (${sent.skipped} skipped: the session was still answering), ${sent.lost} unanswered, ${sent.errors} errors`)
+}
 await new Promise(r => setTimeout(r, Number(process.env.BENCH_SETTLE_MS ?? 1000)))
 const after = await server.memory()
 const b = await snap('b')
