@@ -58,25 +58,55 @@ export interface RingLimits {
   maxAgeMs: number
 }
 
-/** What a ring keeps of an event: its SSE lines, not the object graph of its payload. */
-interface Kept {
-  seq: number
-  epoch: number
-  kind: StreamEvent['kind']
-  name?: string
-  body?: string
-  reason?: string
-  at: number
-}
-
+/**
+ * One session's kept events: its SSE lines, not the object graph of their payloads, in parallel
+ * arrays rather than an object per event. Every live session keeps up to SSE_REPLAY_BUFFER_BYTES
+ * of events for minutes, so each kept event is copied and marked by every collection that
+ * reaches it: here it is one string and a few array slots (the times in a double array are
+ * stored unboxed), where an object per event also cost its own cell and a boxed number.
+ */
 class Ring {
-  entries: Kept[] = []
+  readonly seqs: number[] = []
+  readonly epochs: number[] = []
+  readonly ats: number[] = []
+  readonly kinds: StreamEvent['kind'][] = []
+  /** The event's name (kind `event`) or the reason (kind `closed`); '' for `owner`. */
+  readonly names: string[] = []
+  /** The event's SSE lines (kind `event`); '' otherwise. */
+  readonly bodies: string[] = []
   /** Index of the first live entry (trimmed entries are cut off in batches). */
   start = 0
   bytes = 0
+
+  get length() {
+    return this.seqs.length
+  }
+
+  push(seq: number, epoch: number, at: number, kind: StreamEvent['kind'], name: string, body: string) {
+    this.seqs.push(seq)
+    this.epochs.push(epoch)
+    this.ats.push(at)
+    this.kinds.push(kind)
+    this.names.push(name)
+    this.bodies.push(body)
+    this.bytes += sizeOf(body)
+  }
+
+  /** Drops the oldest live entry from the count of bytes (it stays in the arrays until cut). */
+  drop() {
+    this.bytes -= sizeOf(this.bodies[this.start]!)
+    this.bodies[this.start] = ''
+    this.start++
+  }
+
+  /** Removes the dropped entries from the arrays. */
+  cut() {
+    for (const list of [this.seqs, this.epochs, this.ats, this.kinds, this.names, this.bodies] as unknown[][]) list.splice(0, this.start)
+    this.start = 0
+  }
 }
 
-const sizeOf = (kept: Kept) => (kept.body?.length ?? 0) + 64
+const sizeOf = (body: string) => body.length + 64
 
 /**
  * One process: the last events of each live session, in memory, bounded per session by count,
@@ -93,28 +123,18 @@ export class MemoryEventLog implements EventLog {
   append(sessionId: string, event: StreamEvent) {
     let ring = this.rings.get(sessionId)
     if (!ring) this.rings.set(sessionId, (ring = new Ring()))
-    const kept: Kept =
-      event.kind === 'event'
-        ? { seq: event.seq, epoch: event.epoch, kind: 'event', name: event.name, body: bodyOf(event), at: this.now() }
-        : { seq: event.seq, epoch: event.epoch, kind: event.kind, reason: event.kind === 'closed' ? event.reason : undefined, at: this.now() }
-    ring.entries.push(kept)
-    ring.bytes += sizeOf(kept)
+    if (event.kind === 'event') ring.push(event.seq, event.epoch, this.now(), 'event', event.name, bodyOf(event))
+    else ring.push(event.seq, event.epoch, this.now(), event.kind, event.kind === 'closed' ? event.reason : '', '')
     this.trim(ring)
   }
 
   private trim(ring: Ring) {
     const { events, bytes, maxAgeMs } = this.limits
     const oldest = this.now() - maxAgeMs
-    const last = ring.entries.length - 1
-    while (ring.start < last && (last - ring.start + 1 > events || ring.bytes > bytes || ring.entries[ring.start]!.at < oldest)) {
-      ring.bytes -= sizeOf(ring.entries[ring.start]!)
-      ring.start++
-    }
+    const last = ring.length - 1
+    while (ring.start < last && (last - ring.start + 1 > events || ring.bytes > bytes || ring.ats[ring.start]! < oldest)) ring.drop()
     // Cut in batches: one splice per many appends instead of a shift per event.
-    if (ring.start >= 64 && ring.start * 2 >= ring.entries.length) {
-      ring.entries.splice(0, ring.start)
-      ring.start = 0
-    }
+    if (ring.start >= 64 && ring.start * 2 >= ring.length) ring.cut()
   }
 
   async read(sessionId: string, after: number): Promise<StreamEvent[]> {
@@ -122,18 +142,20 @@ export class MemoryEventLog implements EventLog {
     if (!ring) return []
     this.trim(ring)
     const out: StreamEvent[] = []
-    for (let i = ring.start; i < ring.entries.length; i++) {
-      const kept = ring.entries[i]!
-      if (kept.seq <= after) continue
-      if (kept.kind === 'event') out.push({ kind: 'event', seq: kept.seq, epoch: kept.epoch, name: kept.name!, data: {}, body: kept.body })
-      else if (kept.kind === 'closed') out.push({ kind: 'closed', reason: kept.reason!, seq: kept.seq, epoch: kept.epoch })
-      else out.push({ kind: 'owner', seq: kept.seq, epoch: kept.epoch })
+    for (let i = ring.start; i < ring.length; i++) {
+      const seq = ring.seqs[i]!
+      if (seq <= after) continue
+      const epoch = ring.epochs[i]!
+      const kind = ring.kinds[i]!
+      if (kind === 'event') out.push({ kind: 'event', seq, epoch, name: ring.names[i]!, data: {}, body: ring.bodies[i]! })
+      else if (kind === 'closed') out.push({ kind: 'closed', reason: ring.names[i]!, seq, epoch })
+      else out.push({ kind: 'owner', seq, epoch })
     }
     return out
   }
 
   async takeOver(sessionId: string): Promise<number> {
-    return this.rings.get(sessionId)?.entries.at(-1)?.seq ?? 0
+    return this.rings.get(sessionId)?.seqs.at(-1) ?? 0
   }
 
   forget(sessionId: string) {
