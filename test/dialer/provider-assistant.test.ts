@@ -20,7 +20,8 @@ const contactsOf = async (base: string, batchId: string) => (await call(base, 'G
 /** The attempt's session opens just after the attempt is recorded (its crew slot and record are committed first). */
 async function historyOnceOpen(base: string, sessionId: string) {
   let history = await call(base, 'GET', `${ADMIN}/${sessionId}/history`, { headers: ADMIN_HEADERS })
-  for (let i = 0; i < 100 && history.status === 404; i++) {
+  // Up to 10 s: on a loaded machine (the whole suite in parallel) the opening can take seconds.
+  for (let i = 0; i < 500 && history.status === 404; i++) {
     await new Promise(r => setTimeout(r, 20))
     history = await call(base, 'GET', `${ADMIN}/${sessionId}/history`, { headers: ADMIN_HEADERS })
   }

@@ -114,7 +114,9 @@ for (const kind of STORES) {
       await until(`record of ${id}`, async () => (await store.collection('session_records').findOne({ _id: id }))?.end_time != null)
       t.match(await store.collection('engine_sessions').findOne({ _id: id }), { state: 'destroyed', closeReason: 'idle_timeout', snapshot: null })
       t.match(await store.collection('session_records').findOne({ _id: id }), { status: 'abandoned', end_reason: 'idle_timeout' })
-      t.equal(await store.collection('engine_session_log').countDocuments({ sessionId: id }), 0, 'its log is gone')
+      // The log goes last (after the record), so it is waited for too.
+      await until(`log of ${id} to go`, async () => (await store.collection('engine_session_log').countDocuments({ sessionId: id })) === 0)
+      t.pass('its log is gone')
     }
     t.equal(await slotsOf(store), 0, 'each orphan released its slot once')
     t.equal((await store.collection('session_records').findOne({ _id: owed._id }))!.assistant_messages, repliesBefore, 'the owed reply is not generated for a reaped orphan')
