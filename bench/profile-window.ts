@@ -6,7 +6,7 @@
 import type { Session } from 'node:inspector'
 import { writeFileSync } from 'node:fs'
 
-export const profileDir = process.env.BENCH_PROFILE
+const profileDir = process.env.BENCH_PROFILE
 
 export class ProfileWindow {
   private constructor(private readonly session: Session) {}
