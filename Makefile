@@ -42,11 +42,11 @@ fuzz: $(NPM_STAMP) test-deps
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-600} npx tap --disable-coverage --timeout=$$(( $${FUZZ_SECONDS:-600} + 300 )) test/fuzz/fuzz.test.ts
 
 # A mixed workload against one real process for SOAK_MINUTES (default 20): RSS, heap, event-loop delay, errors.
-soak: $(NPM_STAMP)
+soak: build
 	node --import @tapjs/typescript/import bench/soak/run.ts
 
-# Each bench/<name>/run.ts runs with the same TypeScript loader tap uses; BENCH=name runs one (soak only by name: it runs for minutes).
-bench: $(NPM_STAMP) test-deps
+# Each bench/<name>/run.ts runs with the same TypeScript loader tap uses; BENCH=name runs one (soak only by name: it runs for minutes, against the built service).
+bench: $(NPM_STAMP) test-deps build
 	@for f in bench/$${BENCH:-*}/run.ts; do \
 		if [ -z "$$BENCH" ] && [ "$$f" = bench/soak/run.ts ]; then continue; fi; \
 		echo "== $$f"; node --import @tapjs/typescript/import $$f || exit 1; done

@@ -5,10 +5,16 @@
 // listener) and every error, every SOAK_SAMPLE_SECONDS. Memory is judged flat when the last
 // sample is within 10 % of the first one after warm-up (a third of the run, at least 1 minute).
 //
+// The process is the built service (`dist/main.js`, what `make run` starts; `make soak` builds it
+// first): under the TypeScript loader the TypeScript compiler would sit in the memory of each of
+// the process's threads (~400 MB more RSS at rest). Besides the metrics, each sample reads the
+// process's anonymous and file-backed RSS from /proc (Linux): the file-backed part is the
+// embedded database's pages that the process has touched, which the kernel can drop.
+//
 //   SOAK_MINUTES=20 make soak         (defaults: 20 min, 60 sessions, 60 msg/s, a load every 10 s)
 //   SOAK_CPU_PROFILE=dir  a CPU profile of the process for the whole run
 import { spawn } from 'node:child_process'
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -48,8 +54,13 @@ const [port, metricsPort] = [await freePort(), await freePort()]
 const base = `http://127.0.0.1:${port}`
 // SOAK_CPU_PROFILE=dir: a CPU profile of the whole run (bench/sse/long-ticks.ts finds the long ticks in it).
 const profile = process.env.SOAK_CPU_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.SOAK_CPU_PROFILE}`] : []
-const child = spawn(process.execPath, [...profile, '--import', '@tapjs/typescript/import', 'main.ts'], {
-  cwd: new URL('../../', import.meta.url).pathname,
+const root = new URL('../../', import.meta.url).pathname
+if (!existsSync(join(root, 'dist/main.js'))) {
+  console.error('dist/main.js is missing: run `make build` first (`make soak` does)')
+  process.exit(2)
+}
+const child = spawn(process.execPath, [...profile, 'dist/main.js'], {
+  cwd: root,
   env: { ...process.env, API_KEYS: `${KEY}=soak`, PORT: String(port), METRICS_PORT: String(metricsPort), HOST: '127.0.0.1', DATA_DIR: mkdtempSync(join(tmpdir(), 'sb-soak-')), LOG_LEVEL: 'warn', SSE_HEARTBEAT_MS: '5000', AUTH_FAILURE_LIMIT: '0', CREWS_FILE: crewsFile() },
   stdio: ['ignore', 'inherit', 'inherit'],
 })
@@ -205,6 +216,9 @@ every(5000, () => api('GET', `/engine/v1/api/reports/sessions-detail?crew_id=dem
 interface Sample {
   minute: number
   rssMB: number
+  /** Anonymous and file-backed resident memory (/proc/<pid>/status RssAnon, RssFile). */
+  rssAnonMB: number
+  rssFileMB: number
   heapMB: number
   loopP99ms: number
   loopMaxMs: number
@@ -216,12 +230,23 @@ interface Sample {
 const samples: Sample[] = []
 const gauge = (text: string, name: string) => Number(new RegExp(`^${name} ([0-9.e+-]+)`, 'm').exec(text)?.[1] ?? NaN)
 const p99 = (values: number[]) => (values.length ? [...values].sort((a, b) => a - b)[Math.floor(values.length * 0.99)]! : 0)
+/** A line of /proc/<pid>/status in MB (NaN off Linux). */
+function procStatusMB(field: string): number {
+  try {
+    const kB = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))?.[1]
+    return kB ? Math.round(Number(kB) / 1024) : NaN
+  } catch {
+    return NaN
+  }
+}
 async function sample() {
   const text = await fetch(`http://127.0.0.1:${metricsPort}/metrics`).then(r => r.text(), () => '')
   const window = latencies.splice(0)
   samples.push({
     minute: Math.round((Date.now() - started) / 600) / 100,
     rssMB: Math.round(gauge(text, 'process_resident_memory_bytes') / 1048576),
+    rssAnonMB: procStatusMB('RssAnon'),
+    rssFileMB: procStatusMB('RssFile'),
     heapMB: Math.round(gauge(text, 'nodejs_heap_size_used_bytes') / 1048576),
     loopP99ms: Math.round(gauge(text, 'nodejs_eventloop_lag_p99_seconds') * 1e4) / 10,
     loopMaxMs: Math.round(gauge(text, 'nodejs_eventloop_lag_max_seconds') * 1e4) / 10,
@@ -233,7 +258,7 @@ async function sample() {
   console.log(Object.values(samples.at(-1)!).join('\t'))
 }
 console.log(`soak: ${MINUTES} min, ${SESSIONS} sessions, ${RATE} msg/s, 1,000 contacts every ${LOAD_EVERY_S} s`)
-console.log('minute\trssMB\theapMB\tloopP99\tloopMax\tsent\treplied\treplyP99\terrors')
+console.log('minute\trssMB\tanonMB\tfileMB\theapMB\tloopP99\tloopMax\tsent\treplied\treplyP99\terrors')
 while (Date.now() < until) {
   await new Promise(r => setTimeout(r, Math.min(SAMPLE_S * 1000, until - Date.now())))
   await sample()
@@ -248,6 +273,7 @@ const growth = (a: number, b: number) => Math.round(((b - a) / a) * 1000) / 10
 const summary = {
   heapGrowthAfterWarmupPercent: growth(warm.heapMB, last.heapMB),
   rssGrowthAfterWarmupPercent: growth(warm.rssMB, last.rssMB),
+  rssAnonGrowthAfterWarmupPercent: growth(warm.rssAnonMB, last.rssAnonMB),
   maxLoopP99ms: Math.max(...samples.map(s => s.loopP99ms)),
   maxLoopMs: Math.max(...samples.map(s => s.loopMaxMs)),
   messages: sent,
