@@ -13,6 +13,7 @@
 //
 //   SOAK_MINUTES=20 make soak         (defaults: 20 min, 60 sessions, 60 msg/s, a load every 10 s)
 //   SOAK_CPU_PROFILE=dir  a CPU profile of the process for the whole run
+//   SOAK_NODE_ARGS="--trace-gc"  more node flags for the service (its output goes to this stdout)
 import { spawn } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
@@ -54,6 +55,8 @@ const [port, metricsPort] = [await freePort(), await freePort()]
 const base = `http://127.0.0.1:${port}`
 // SOAK_CPU_PROFILE=dir: a CPU profile of the whole run (bench/sse/long-ticks.ts finds the long ticks in it).
 const profile = process.env.SOAK_CPU_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.SOAK_CPU_PROFILE}`] : []
+// SOAK_NODE_ARGS: more flags for the service's node (e.g. `--trace-gc`; its lines go to this stdout).
+profile.push(...(process.env.SOAK_NODE_ARGS ?? '').split(' ').filter(Boolean))
 const root = new URL('../../', import.meta.url).pathname
 if (!existsSync(join(root, 'dist/main.js'))) {
   console.error('dist/main.js is missing: run `make build` first (`make soak` does)')
