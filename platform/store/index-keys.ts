@@ -26,21 +26,41 @@ const EMPTY_ARRAY = Symbol('empty array')
 const NESTED_ARRAY = Symbol('nested array')
 
 export function encodeValue(value: unknown): Encoded {
-  if (value === null || value === undefined) return [RANK.null, 0]
+  const rank = rankOf(value)
+  return [rank, payloadOf(value, rank)]
+}
+
+/** The rank of a value in index order (see RANK). */
+function rankOf(value: unknown): number {
+  if (value === null || value === undefined) return RANK.null
   switch (typeof value) {
     case 'number':
-      return [RANK.number, Number.isNaN(value) ? -Infinity : value]
-    case 'string':
-      return [RANK.string, value.length > MAX_KEY_STRING ? value.slice(0, MAX_KEY_STRING) : value]
-    case 'boolean':
-      return [RANK.boolean, value ? 1 : 0]
     case 'bigint':
-      return [RANK.number, Number(value)]
+      return RANK.number
+    case 'string':
+      return RANK.string
+    case 'boolean':
+      return RANK.boolean
   }
-  if (value instanceof Date) return [RANK.date, value.getTime()]
-  if (value === EMPTY_ARRAY || value === NESTED_ARRAY) return [RANK.array, 0]
-  if (typeof value === 'object' && (Object.getPrototypeOf(value) === Object.prototype || Object.getPrototypeOf(value) === null)) return [RANK.object, 0]
-  return [RANK.other, 0]
+  if (value instanceof Date) return RANK.date
+  if (value === EMPTY_ARRAY || value === NESTED_ARRAY) return RANK.array
+  if (typeof value === 'object' && (Object.getPrototypeOf(value) === Object.prototype || Object.getPrototypeOf(value) === null)) return RANK.object
+  return RANK.other
+}
+
+/** The payload that follows a value's rank in a key. */
+function payloadOf(value: unknown, rank: number): KeyPart {
+  switch (rank) {
+    case RANK.number:
+      return typeof value === 'bigint' ? Number(value) : Number.isNaN(value) ? -Infinity : (value as number)
+    case RANK.string:
+      return (value as string).length > MAX_KEY_STRING ? (value as string).slice(0, MAX_KEY_STRING) : (value as string)
+    case RANK.boolean:
+      return value ? 1 : 0
+    case RANK.date:
+      return (value as Date).getTime()
+  }
+  return 0
 }
 
 /** Whether an encoded string may have been cut (so equal payloads do not prove equal values). */
@@ -101,8 +121,9 @@ export function documentKeys(doc: Record<string, any>, fields: string[]): { keys
   for (const field of fields) {
     const value = doc[field]
     if (Array.isArray(value) || field.includes('.')) return everyKey(doc, fields)
-    const [rank, payload] = encodeValue(value)
-    key.push(rank, payload)
+    // Rank and payload pushed as they are: no [rank, payload] pair per field (every write builds these keys).
+    const rank = rankOf(value)
+    key.push(rank, payloadOf(value, rank))
   }
   return { keys: [key], multi: false }
 }

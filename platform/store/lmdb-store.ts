@@ -329,13 +329,14 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
    */
   private candidates(filter: Filter, sort: Sort | undefined, limited: boolean): { docs: Iterable<T>; ordered: boolean } {
     this.fresh()
-    const shape = shapeOf(filter)
     const id = filter._id
+    // By one id (most writes): no filter shape to work out.
     if (typeof id === 'string') {
       const doc = this.byId(id)
       this.store.reads.documents++
       return { docs: doc ? [doc] : [], ordered: true }
     }
+    const shape = shapeOf(filter)
     if (id && typeof id === 'object' && Array.isArray(id.$in) && Object.keys(id).length === 1 && id.$in.every((v: unknown) => typeof v === 'string')) {
       const docs: T[] = []
       for (const key of new Set<string>(id.$in)) {
@@ -623,13 +624,17 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   /** The indexes with a field that a path the update writes is, contains or lies inside (all of them for an update it cannot read). */
   private indexesTouchedBy(update: Update): LiveIndex[] {
+    // Runs for every update (several per session message): no strings or closures built per field.
     const paths: string[] = []
-    for (const [operator, fields] of Object.entries(update)) {
+    for (const operator in update) {
       if (operator === '$setOnInsert') continue
+      const fields = update[operator]
       if (!PATH_KEYED_OPERATORS.has(operator) || !fields || typeof fields !== 'object') return this.indexes
-      paths.push(...Object.keys(fields))
+      for (const path in fields) paths.push(path)
     }
-    return this.indexes.filter(index => index.watched.some(field => paths.some(path => path === field || field.startsWith(`${path}.`) || path.startsWith(`${field}.`))))
+    const touched: LiveIndex[] = []
+    for (const index of this.indexes) if (watchesAny(index.watched, paths)) touched.push(index)
+    return touched
   }
 
   private updateOneSync(filter: Filter, update: Update, options: { upsert?: boolean; sort?: Sort } = {}): UpdateResult & { doc?: T; before?: T } {
@@ -976,9 +981,34 @@ function sameDefinition(a: StoredIndex, b: StoredIndex): boolean {
   )
 }
 
+/** Whether an update that writes `paths` can change the entries of an index on `fields`. */
+function watchesAny(fields: string[], paths: string[]): boolean {
+  for (const field of fields) for (const path of paths) if (onPath(path, field)) return true
+  return false
+}
+
+/** Whether `path` is `field`, or one lies inside the other (a.b and a.b.c), without building `${path}.`. */
+function onPath(path: string, field: string): boolean {
+  if (path.length === field.length) return path === field
+  const short = path.length < field.length ? path : field
+  const long = short === path ? field : path
+  return long.charCodeAt(short.length) === 46 /* . */ && long.startsWith(short)
+}
+
 /** Whether two versions of a document hold exactly the same values on these fields (so the same index entries). */
 function sameIndexedValues(a: Doc, b: Doc, fields: string[]): boolean {
-  return fields.every(field => isDeepStrictEqual(pathValues(a, field).values, pathValues(b, field).values))
+  for (const field of fields) {
+    // A top-level primitive (most indexed fields): compared as is, without gathering path values.
+    const x = a[field]
+    const y = b[field]
+    if (x === y && (x === null || typeof x !== 'object') && !field.includes('.')) continue
+    if (x instanceof Date && y instanceof Date && !field.includes('.')) {
+      if (Object.is(x.getTime(), y.getTime())) continue
+      return false
+    }
+    if (!isDeepStrictEqual(pathValues(a, field).values, pathValues(b, field).values)) return false
+  }
+  return true
 }
 
 /** Whether two documents share a full (uncut) value tuple on these fields. */

@@ -84,63 +84,91 @@ export function getPath(doc: Record<string, any>, path: string, stopAtArrays = f
  * $set / $unset / $inc (and $min / $max of numbers) on plain paths, applied directly: mingo's updater rebuilds its operator
  * context on every call (~1 ms), which dominates bulk upserts. Anything else goes to mingo.
  * Returns whether the document changed, or undefined when the update needs mingo.
+ * `copyOnWrite`: `doc` is a shallow copy of a document that must stay as it was; every object on
+ * a path the update writes is copied before it is changed (see updatedCopy).
  */
-export function applySimpleUpdate(doc: Record<string, any>, update: Update): boolean | undefined {
-  if (Object.keys(update).some(op => op !== '$set' && op !== '$unset' && op !== '$inc' && op !== '$min' && op !== '$max')) return undefined
+export function applySimpleUpdate(doc: Record<string, any>, update: Update, copyOnWrite = false): boolean | undefined {
+  for (const op in update) if (op !== '$set' && op !== '$unset' && op !== '$inc' && op !== '$min' && op !== '$max') return undefined
   let changed = false
-  const parentOf = (path: string, create: boolean): [Record<string, any>, string] | undefined => {
+  // Objects this update made or copied (made on the first dotted path: most updates have none).
+  let copied: Set<object> | undefined
+  // The object holding a path's last part (made on the way when `create`); undefined when the
+  // path crosses something other than a plain object (left to mingo). No tuple per path: every
+  // write of the store comes through here.
+  const parentOf = (path: string, create: boolean): Record<string, any> | undefined => {
+    if (!path.includes('.')) return doc
     const parts = path.split('.')
+    if (copyOnWrite) copied ??= new Set()
     let node: any = doc
-    for (const part of parts.slice(0, -1)) {
+    for (let i = 0; i < parts.length - 1; i++) {
+      const part = parts[i]!
       if (node[part] === undefined || node[part] === null) {
         if (!create) return undefined
         node[part] = {}
+        copied?.add(node[part])
       }
-      node = node[part]
-      if (typeof node !== 'object' || Array.isArray(node)) return undefined
+      let child = node[part]
+      if (typeof child !== 'object' || Array.isArray(child)) return undefined
+      if (copied && !copied.has(child)) {
+        // Not a plain object (a Date on the way): left to mingo, on a deep copy.
+        if (Object.getPrototypeOf(child) !== Object.prototype) return undefined
+        child = node[part] = { ...child }
+        copied.add(child)
+      }
+      node = child
     }
-    return [node, parts[parts.length - 1]!]
+    return node
   }
-  for (const [path, value] of Object.entries(update.$set ?? {})) {
-    const target = parentOf(path, true)
-    if (!target || /^\d+$/.test(target[1])) return undefined
-    const current = target[0][target[1]]
-    if (!(target[1] in target[0])) changed = true
+  const $set = update.$set ?? {}
+  for (const path in $set) {
+    const value = $set[path]
+    const parent = parentOf(path, true)
+    const leaf = leafOf(path)
+    if (!parent || /^\d+$/.test(leaf)) return undefined
+    const current = parent[leaf]
+    if (!(leaf in parent)) changed = true
     else if (value === null || typeof value !== 'object') changed ||= current !== value
     // Dates (most $sets carry an updatedAt): compared by time, without serializing them.
     else if (value instanceof Date) changed ||= !(current instanceof Date) || !Object.is(current.getTime(), value.getTime())
     // JSON text is field-order sensitive (as mongod is) but cannot tell a Date from its ISO string.
     else if (JSON.stringify(current) !== JSON.stringify(value) || !isDeepStrictEqual(current, value)) changed = true
-    target[0][target[1]] = value !== null && typeof value === 'object' ? clone(value) : value
+    parent[leaf] = value !== null && typeof value === 'object' ? clone(value) : value
   }
-  for (const path of Object.keys(update.$unset ?? {})) {
-    const target = parentOf(path, false)
-    if (target && target[1] in target[0]) {
-      delete target[0][target[1]]
+  for (const path in update.$unset ?? {}) {
+    const parent = parentOf(path, false)
+    const leaf = leafOf(path)
+    if (parent && leaf in parent) {
+      delete parent[leaf]
       changed = true
     }
   }
-  for (const [path, by] of Object.entries(update.$inc ?? {})) {
-    const target = parentOf(path, true)
-    if (!target || typeof by !== 'number') return undefined
-    const current = target[0][target[1]] ?? 0
+  const $inc = update.$inc ?? {}
+  for (const path in $inc) {
+    const by = $inc[path]
+    const parent = parentOf(path, true)
+    const leaf = leafOf(path)
+    if (!parent || typeof by !== 'number') return undefined
+    const current = parent[leaf] ?? 0
     if (typeof current !== 'number') return undefined
-    target[0][target[1]] = current + by
-    if (by !== 0 || !(target[1] in target[0])) changed = true
+    if (by !== 0 || !(leaf in parent)) changed = true
+    parent[leaf] = current + by
   }
   // $min / $max of numbers (report blocks keep extremes this way); other operands go to mingo.
   for (const op of ['$min', '$max'] as const) {
-    for (const [path, value] of Object.entries(update[op] ?? {})) {
-      const target = parentOf(path, true)
-      if (!target || typeof value !== 'number') return undefined
-      const current = target[0][target[1]]
+    const bounds = update[op] ?? {}
+    for (const path in bounds) {
+      const value = bounds[path]
+      const parent = parentOf(path, true)
+      const leaf = leafOf(path)
+      if (!parent || typeof value !== 'number') return undefined
+      const current = parent[leaf]
       if (current === undefined || (current === null && op === '$max')) {
-        target[0][target[1]] = value
+        parent[leaf] = value
         changed = true
       } else if (current === null) continue // null sorts below numbers (mongod's order)
       else if (typeof current !== 'number') return undefined
       else if (op === '$min' ? value < current : value > current) {
-        target[0][target[1]] = value
+        parent[leaf] = value
         changed = true
       }
     }
@@ -148,13 +176,21 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update): boo
   return changed
 }
 
+/** A path's last part ("b" of "a.b"). */
+function leafOf(path: string): string {
+  const dot = path.lastIndexOf('.')
+  return dot < 0 ? path : path.slice(dot + 1)
+}
+
 /**
  * Applies an update to a private copy of a stored document and returns [document, changed]:
  * the fast path when it can, else mingo on a fresh copy (the fast path may have stopped halfway).
  */
 export function updatedCopy<T extends Record<string, any>>(doc: T, update: Update): [T, boolean] {
-  const next = clone(doc)
-  const simple = applySimpleUpdate(next, update)
+  // A shallow copy whose written paths are copied on the way (a contact's addresses and custom
+  // fields are not copied by a claim that sets its state): `doc` itself is never changed.
+  const next = { ...doc }
+  const simple = applySimpleUpdate(next, update, true)
   if (simple !== undefined) return [next, simple]
   const fresh = clone(doc)
   return [fresh, applyUpdate(fresh, update as any).length > 0]

@@ -485,6 +485,27 @@ for (const kind of ['memory', 'lmdb', 'lmdb-thread', 'mongo'] as const) {
       t.same(await c.findOne({ _id: 'm' }), { _id: 'm', status: 'fresh' }, '...but inserted')
     })
 
+    t.test('findOneAndUpdate: nested writes leave the document before the update as it was', async t => {
+      const [c] = fresh('fau_nested')
+      const at1 = at('2026-04-01T00:00:00Z')
+      await c.insertOne({ _id: 'c', state: 'pending', counts: { '100': 1, '200': 4 }, addresses: [{ type: 'phone', address: '100' }], custom: { tier: 'gold', seen: at1 } })
+      const before = await c.findOneAndUpdate(
+        { _id: 'c' },
+        { $inc: { 'counts.100': 1, 'fresh.n': 2 }, $set: { state: 'in_progress', 'custom.tier': 'silver' }, $unset: { 'custom.gone': '' } },
+        { returnDocument: 'before' },
+      )
+      t.same(before, { _id: 'c', state: 'pending', counts: { '100': 1, '200': 4 }, addresses: [{ type: 'phone', address: '100' }], custom: { tier: 'gold', seen: at1 } }, 'before: every nested value as it was')
+      t.same(
+        await c.findOne({ _id: 'c' }),
+        { _id: 'c', state: 'in_progress', counts: { '100': 2, '200': 4 }, addresses: [{ type: 'phone', address: '100' }], custom: { tier: 'silver', seen: at1 }, fresh: { n: 2 } },
+        'stored: the nested writes, their siblings kept',
+      )
+      const after = await c.findOneAndUpdate({ _id: 'c' }, { $set: { 'custom.tier': 'bronze' } }, { returnDocument: 'after' })
+      t.equal(after!.custom.tier, 'bronze')
+      t.ok(after!.custom.seen instanceof Date && after!.custom.seen.getTime() === at1.getTime(), 'a Date beside a nested write stays a Date')
+      t.equal(await c.countDocuments({ 'custom.tier': 'bronze' }), 1)
+    })
+
     t.test('findOneAndUpdate: the exactly-once chunk count (operations.countChunk)', async t => {
       const [c] = fresh('count_chunk')
       const createdAt = at('2026-04-01T00:00:00Z')
