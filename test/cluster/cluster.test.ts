@@ -285,7 +285,13 @@ t.test('2 gateways, 2 engines, 2 workers: kill -9 an engine and a worker, restar
   await Promise.all(
     sessions.map(async s => {
       await eventually(`a message to session ${s.i}`, () => say(s.i % 2 === 0 ? B : A, s, `after restart ${s.i}`))
-      await s.stream.next(e => e.event === 'assistant.message' && String(e.data.text).includes(`after restart ${s.i}`), 15_000)
+      try {
+        await s.stream.next(e => e.event === 'assistant.message' && String(e.data.text).includes(`after restart ${s.i}`), 15_000)
+      } catch (error) {
+        // Seen once in CI and not reproduced since: what each process logged is what tells why.
+        const owner = await ownerOf(s.sessionId).catch(() => '?')
+        throw new Error(`session ${s.i} (${s.sessionId}, owner ${owner}): ${(error as Error).message}\n${outputs()}`)
+      }
     }),
   )
   t.comment(`every old session answered ${Date.now() - restartedAt} ms after the restart`)
