@@ -53,16 +53,18 @@ function crewsFile(): string {
 
 const [port, metricsPort] = [await freePort(), await freePort()]
 const base = `http://127.0.0.1:${port}`
-// SOAK_CPU_PROFILE=dir: a CPU profile of the whole run (bench/sse/long-ticks.ts finds the long ticks in it).
-const profile = process.env.SOAK_CPU_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.SOAK_CPU_PROFILE}`] : []
-// SOAK_NODE_ARGS: more flags for the service's node (e.g. `--trace-gc`; its lines go to this stdout).
-profile.push(...(process.env.SOAK_NODE_ARGS ?? '').split(' ').filter(Boolean))
+// The service's node flags. SOAK_CPU_PROFILE=dir: a CPU profile of the whole run (bench/sse/long-ticks.ts
+// finds the long ticks in it); SOAK_NODE_ARGS: any others (e.g. `--trace-gc`; its lines go to this stdout).
+const nodeFlags = [
+  ...(process.env.SOAK_CPU_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.SOAK_CPU_PROFILE}`] : []),
+  ...(process.env.SOAK_NODE_ARGS ?? '').split(' ').filter(Boolean),
+]
 const root = new URL('../../', import.meta.url).pathname
 if (!existsSync(join(root, 'dist/main.js'))) {
   console.error('dist/main.js is missing: run `make build` first (`make soak` does)')
   process.exit(2)
 }
-const child = spawn(process.execPath, [...profile, 'dist/main.js'], {
+const child = spawn(process.execPath, [...nodeFlags, 'dist/main.js'], {
   cwd: root,
   env: { ...process.env, API_KEYS: `${KEY}=soak`, PORT: String(port), METRICS_PORT: String(metricsPort), HOST: '127.0.0.1', DATA_DIR: mkdtempSync(join(tmpdir(), 'sb-soak-')), LOG_LEVEL: 'warn', SSE_HEARTBEAT_MS: '5000', AUTH_FAILURE_LIMIT: '0', CREWS_FILE: crewsFile() },
   stdio: ['ignore', 'inherit', 'inherit'],

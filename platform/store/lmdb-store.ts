@@ -998,13 +998,15 @@ function onPath(path: string, field: string): boolean {
 /** Whether two versions of a document hold exactly the same values on these fields (so the same index entries). */
 function sameIndexedValues(a: Doc, b: Doc, fields: string[]): boolean {
   for (const field of fields) {
-    // A top-level primitive (most indexed fields): compared as is, without gathering path values.
-    const x = a[field]
-    const y = b[field]
-    if (x === y && (x === null || typeof x !== 'object') && !field.includes('.')) continue
-    if (x instanceof Date && y instanceof Date && !field.includes('.')) {
-      if (Object.is(x.getTime(), y.getTime())) continue
-      return false
+    if (!field.includes('.')) {
+      // A top-level primitive or Date (most indexed fields): compared as is, without gathering path values.
+      const x = a[field]
+      const y = b[field]
+      if (x === y && (x === null || typeof x !== 'object')) continue
+      if (x instanceof Date && y instanceof Date) {
+        if (Object.is(x.getTime(), y.getTime())) continue
+        return false
+      }
     }
     if (!isDeepStrictEqual(pathValues(a, field).values, pathValues(b, field).values)) return false
   }
