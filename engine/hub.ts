@@ -24,6 +24,9 @@ export interface HubOptions {
   listenPath: (sessionId: string, consumerId: string) => string
 }
 
+/** Feeds reading their log at once after a reconnect. */
+const RESYNC_CONCURRENCY = 16
+
 class Consumer {
   /** Seq of the last event written (or due) to this consumer's stream. */
   position = 0
@@ -273,6 +276,28 @@ export class ChannelHub {
     // Serialised once (and kept so by the session's ring); each consumer only prefixes the id.
     const body = bodyOf(event)
     for (const consumer of feed.consumers.values()) this.write(feed, consumer, event.seq, body)
+  }
+
+  /**
+   * The link that carries live events was down (NATS reconnected): what was published meanwhile
+   * never arrived here, and a session's last events show no gap until it speaks again. Every
+   * feed reads its log after its position, RESYNC_CONCURRENCY feeds at a time (a read is a few
+   * requests to the log; a gateway may hold thousands of feeds).
+   */
+  async resync() {
+    const feeds = [...this.feeds.values()]
+    let next = 0
+    const reader = async () => {
+      while (next < feeds.length) {
+        const feed = feeds[next++]!
+        // Closed, gone, or already reading its log (subscribing, or filling a gap) meanwhile.
+        if (feed.closed || feed.queue || this.feeds.get(feed.sessionId) !== feed) continue
+        feed.queue = []
+        await this.repair(feed)
+      }
+    }
+    await Promise.all(Array.from({ length: Math.min(RESYNC_CONCURRENCY, feeds.length) }, reader))
+    return feeds.length
   }
 
   /** Fills a gap in the live events from the log, then applies what was queued meanwhile. */

@@ -170,7 +170,15 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
         replicas: cluster.replicas ?? 1,
         logger,
       })
-      if (serving) remote = new NatsSessionTransport(cluster.nc, directory, log, { timeoutMs: config.engine.requestTimeoutMs, logger })
+      if (serving) {
+        remote = new NatsSessionTransport(cluster.nc, directory, log, { timeoutMs: config.engine.requestTimeoutMs, logger })
+        void remote.watchLink(() =>
+          hub.resync().then(
+            feeds => logger.info('reconnected to NATS: streams read back what they missed', { feeds }),
+            error => logger.warn('reconnected to NATS: streams not read back', { error }),
+          ),
+        )
+      }
       if (node && host) {
         await host.init()
         ownership = await Ownership.open(cluster.nc, { nodeId: node.nodeId, timing, replicas: cluster.replicas, load: () => host.liveCount(), logger, directory })

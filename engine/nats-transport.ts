@@ -89,6 +89,15 @@ export class NatsSessionTransport implements SessionTransport {
     }
   }
 
+  /**
+   * Calls `restored` each time the connection to NATS comes back. Core NATS keeps nothing for an
+   * absent subscriber: what the owners published on the event subjects meanwhile is only in the
+   * event log, and a session that says nothing more would show no gap. Ends with the connection.
+   */
+  async watchLink(restored: () => void) {
+    for await (const status of this.nc.status()) if (status.type === 'reconnect') restored()
+  }
+
   private listen(sessionId: string, listener: TransportListener): NatsSubscription {
     return this.nc.subscribe(eventsSubject(sessionId), {
       callback: (error, msg) => {

@@ -1,7 +1,8 @@
 // Engine nodes over NATS, in process: two ROLE=engine services and one ROLE=gateway service on a
 // real nats-server and one MongoDB database (the wire-protocol test server). Sessions created
 // through the gateway spread over both nodes; messages, administration, a second consumer and
-// destroy all go through NATS; errors keep their ApiError codes.
+// destroy all go through NATS; errors keep their ApiError codes. Then a gateway cut off from NATS
+// while a reply streams: its listeners get what they missed once it reconnects.
 import t from 'tap'
 import { connect } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
@@ -9,6 +10,7 @@ import { call, mongoUrlFor, startTestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse } from '../support/sse.js'
 import { OWNERS_BUCKET } from '../../engine/ownership.js'
+import { startTcpProxy } from '../support/tcp-proxy.js'
 
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 const SESSIONS = 8
@@ -98,4 +100,36 @@ t.test('two engine nodes behind one gateway over NATS', async t => {
 
   listen.stream!.close()
   for (const s of sessions) s.stream.close()
+})
+
+// Core NATS does not keep what is published while a subscriber is away. A gateway that loses its
+// link while the session's last events go out would otherwise hold its streams silent (no later
+// event shows the gap) until the session speaks again, maybe never.
+t.test('a gateway cut off from NATS while a session replies: its stream gets the reply once it reconnects', async t => {
+  const nats = await startNatsServer(t)
+  const mongoUrl = await mongoUrlFor(t)
+  const link = await startTcpProxy(nats.port)
+  t.teardown(() => link.close())
+  const env = { MONGO_URL: mongoUrl, ENGINE_HEARTBEAT_MS: '200', ENGINE_LEASE_RENEW_MS: '500' }
+  await startTestService(t, { env: { ...env, NATS_URL: nats.url, ROLE: 'engine' } })
+  const cut = await startTestService(t, { env: { ...env, NATS_URL: `nats://127.0.0.1:${link.port}`, ROLE: 'gateway' } })
+  const other = await startTestService(t, { env: { ...env, NATS_URL: nats.url, ROLE: 'gateway' } })
+  await sleep(300) // both gateways have seen the engine's heartbeat
+
+  const s = await createSession(cut.base, { body: { arguments: { name: 'U' } } })
+  await s.stream.next('crew.status.waiting')
+  link.cut()
+  await sleep(200)
+  const put = await call(other.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: 'hello' } })
+  t.equal(put.status, 201, 'the message is taken through the other gateway')
+  await sleep(500) // the reply is out while the first gateway cannot hear it
+  t.notOk(s.stream.events.some(e => e.event === 'assistant.message'), 'nothing reached the cut-off gateway meanwhile')
+  link.heal()
+  const reply = await s.stream.next('assistant.message', 10_000)
+  t.equal(reply.data.text, 'Hello! How can I help you today?', 'the reply arrives after the reconnect, with no later event to reveal the gap')
+  await s.stream.next('crew.status.waiting')
+  const ids = s.stream.events.filter(e => e.id !== undefined && e.event !== 'hearthbeat').map(e => Number(e.id))
+  t.same(ids, ids.map((_, i) => i + 1), 'every event once, in order, with consecutive ids')
+  t.notOk(s.stream.events.some(e => e.event === 'stream.gap'), 'no gap reported: nothing was lost')
+  s.stream.close()
 })
