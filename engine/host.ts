@@ -13,6 +13,7 @@ import type { SessionRecorder } from '../reports/index.js'
 import type { CrewCatalog, Crew } from './crews.js'
 import { CrewSlots } from './crew-slots.js'
 import {
+  activeState,
   assertCan,
   CONTEXT_WINDOW_BYTES,
   CONTEXT_WINDOW_MESSAGES,
@@ -960,10 +961,13 @@ function touchConsumer(live: LiveSession, consumerId: string) {
 
 /** Between turns with nothing pending (idle or paused): what hibernation needs. */
 const isQuiet = (snapshot: SessionSnapshot) =>
-  snapshot.status === 'active' && (snapshot.matches({ active: 'idle' }) || snapshot.matches('paused')) && snapshot.context.pendingTools.length === 0
+  snapshot.status === 'active' && (activeState(snapshot) === 'idle' || snapshot.value === 'paused') && snapshot.context.pendingTools.length === 0
 
-const isGenerating = (snapshot: SessionSnapshot) => snapshot.matches({ active: 'generating' })
-const isBusy = (snapshot: SessionSnapshot) => snapshot.status === 'active' && (isGenerating(snapshot) || snapshot.matches({ active: 'tooling' }))
+const isGenerating = (snapshot: SessionSnapshot) => activeState(snapshot) === 'generating'
+const isBusy = (snapshot: SessionSnapshot) => {
+  const state = activeState(snapshot)
+  return snapshot.status === 'active' && (state === 'generating' || state === 'tooling')
+}
 
 /** Resolves once the session is between turns (idle, paused or ended), or after `timeoutMs`. */
 function settled(actor: Actor<typeof sessionMachine>, timeoutMs: number): Promise<void> {

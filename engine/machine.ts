@@ -610,6 +610,16 @@ export function stateName(snapshot: SessionSnapshot): string {
   return typeof child === 'string' ? `${parent}.${child}` : parent
 }
 
+/**
+ * The state under `active` (`idle`, `generating`, `tooling`), undefined when paused or destroyed.
+ * Read off the value: `matches()` builds both state values on every call, and the host asks after
+ * every transition.
+ */
+export function activeState(snapshot: SessionSnapshot): string | undefined {
+  const value = snapshot.value
+  return typeof value === 'object' ? (value as { active?: string }).active : undefined
+}
+
 export class IllegalMoveError extends Error {
   override name = 'IllegalMoveError'
   constructor(readonly event: string, readonly state: string) {
