@@ -146,7 +146,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   constructor(readonly name: string, private readonly store: LmdbStore, readonly json: boolean) {
     // A JSON collection only looks for a c: database left from before; it never creates one.
-    this.docs = store.env.openDB<T, string>({ name: `c:${name}`, create: !json, ...store.sharedStructures(`c:${name}`) } as { name: string })
+    this.docs = store.env.openDB<T, string>({ name: `c:${name}`, create: !json } as { name: string })
     if (json) {
       const target = store.env.openDB<T, string>({ name: `j:${name}`, encoding: 'json' })
       // lmdb-js answers undefined for a database that does not exist when asked not to create it.
@@ -1036,8 +1036,6 @@ export class LmdbStore implements Store {
   readonly holds = new WriteHolds()
   readonly env: RootDatabase
   readonly meta: Database<unknown, string>
-  /** The MessagePack record structures of each document database (sharedStructures). */
-  private readonly structures: Database<unknown, string>
   private readonly collections = new Map<string, LmdbCollection<any>>()
   private readonly clock: Clock
   private readonly ttl: { slice: number; slices: number }
@@ -1065,37 +1063,10 @@ export class LmdbStore implements Store {
       maxReaders: 252,
     })
     this.meta = this.env.openDB<unknown, string>({ name: 'm:indexes' })
-    this.structures = this.env.openDB<unknown, string>({ name: 'm:structures' })
     const interval = options.sweepIntervalMs ?? 1000
     if (interval > 0) {
       this.sweeper = setInterval(() => void this.sweep(), interval)
       this.sweeper.unref()
-    }
-  }
-
-  /**
-   * Encoder options for a MessagePack document database: its record structures (the field names
-   * of each document shape) are stored once, under its name in m:structures, instead of inline
-   * in every document, which msgpackr then decodes and compiles again on every read. This is
-   * lmdb-js's sharedStructuresKey, kept out of the documents' own key space (their scans and
-   * counts). A new structure is saved in a write transaction that checks nobody saved another
-   * meanwhile (the write thread, the key CLI), before any document that uses it is committed.
-   * Documents written before (structures inline) read as they did.
-   */
-  sharedStructures(key: string) {
-    const db = this.structures
-    return {
-      getStructures: () => db.get(key),
-      saveStructures: (structures: unknown[], isCompatible: ((existing: unknown) => boolean) | number) =>
-        db.transactionSync(() => {
-          const existing = db.get(key) as unknown[] | undefined
-          const compatible = typeof isCompatible === 'function' ? isCompatible(existing) : !existing || existing.length === isCompatible
-          if (!compatible) return false
-          db.putSync(key, structures)
-          return true
-        }),
-      // Embedded buffers are copied out of the read buffer lmdb-js reuses (as lmdb-js does with shared structures).
-      copyBuffers: true,
     }
   }
 

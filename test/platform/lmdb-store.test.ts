@@ -628,34 +628,3 @@ t.test('another store on the same database (the apply thread, a second process) 
   t.equal(viaOther.length, pending, 'the other store reads through it too')
   await seed.close()
 })
-
-t.test('document shapes are stored once per database: documents written before (shapes inline) still read, and two stores on one database read each other`s new shapes', async t => {
-  const path = tempDir(t)
-  // Written as a version before shared shapes did: plain MessagePack records, each carrying its field names.
-  const old = new LmdbStore({ path, sweepIntervalMs: 0 })
-  old.env.openDB({ name: 'c:calls' }).putSync('old-1', { _id: 'old-1', state: 'done', nested: { a: 1 } })
-  await old.close()
-
-  const one = new LmdbStore({ path, sweepIntervalMs: 0 })
-  const two = new LmdbStore({ path, sweepIntervalMs: 0 }) // the write thread, the key CLI
-  t.teardown(() => Promise.all([one.close(), two.close()]))
-  const mine = one.collection('calls')
-  const theirs = two.collection('calls')
-  // More shapes than the 32 shared slots, interleaved between the stores: each new shape one
-  // store saves is one the other has not loaded yet.
-  for (let i = 0; i < 40; i++) {
-    await (i % 2 ? theirs : mine).insertOne({ _id: `n${i}`, state: 'pending', [`field${i}`]: i, nested: { [`k${i % 5}`]: 'v' } })
-  }
-  await mine.updateOne({ _id: 'old-1' }, { $set: { state: 'redialed' } })
-  for (const store of [mine, theirs]) {
-    const docs = await store.find({})
-    t.equal(docs.length, 41)
-    t.same(docs.find(d => d._id === 'old-1'), { _id: 'old-1', state: 'redialed', nested: { a: 1 } }, 'the document written with inline shapes, updated')
-    for (let i = 0; i < 40; i++) t.same(docs.find(d => d._id === `n${i}`), { _id: `n${i}`, state: 'pending', [`field${i}`]: i, nested: { [`k${i % 5}`]: 'v' } })
-  }
-  // Shapes live beside the documents, not among them (scans and counts see documents only).
-  t.equal(one.env.openDB({ name: 'c:calls', encoding: 'binary' }).getCount(), 41)
-  t.equal(await mine.countDocuments({}), 41)
-  const saved = one.env.openDB<unknown[], string>({ name: 'm:structures' }).get('c:calls')
-  t.ok(Array.isArray(saved) && saved.length > 0, `the shapes are saved once (${(saved as unknown[]).length})`)
-})
