@@ -30,6 +30,8 @@ import { ADMIN, CHANNEL, createSession, type SseClient } from '../support/sse.js
 import { crewsFile } from '../engine/fixtures/crews.js'
 import { chunksProcessed, clusterEnv, outputsOf, startProcess, waitHealthy, type Proc } from '../support/processes.js'
 import { startTcpProxy } from '../support/tcp-proxy.js'
+import { MongoClient } from 'mongodb'
+import { SESSIONS } from '../../engine/session-store.js'
 
 const HELLO = 'Hello! How can I help you today?'
 const CHUNK_SIZE = 100
@@ -44,20 +46,29 @@ interface Session {
   acked: string[]
 }
 
-/** Polls `fn` until it returns a value other than undefined/false, or throws after `timeoutMs`. */
+/**
+ * Polls `fn` until it returns a value other than undefined/false, or throws after `timeoutMs`
+ * with every distinct error seen meanwhile (when it first came and how often): a takeover that
+ * goes wrong in CI is told apart from one that was merely slow.
+ */
 async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  let last: unknown
+  const started = Date.now()
+  const deadline = started + timeoutMs
+  const seen = new Map<string, { firstMs: number; times: number }>()
   while (Date.now() < deadline) {
     try {
       const value = await fn()
       if (value !== undefined && value !== false) return value
     } catch (error) {
-      last = error
+      const text = String(error).slice(0, 200)
+      const entry = seen.get(text) ?? { firstMs: Date.now() - started, times: 0 }
+      entry.times++
+      seen.set(text, entry)
     }
     await sleep(50)
   }
-  throw new Error(`${what}: not within ${timeoutMs} ms${last ? ` (${String(last)})` : ''}`)
+  const errors = [...seen].map(([text, e]) => `${text} (first at ${e.firstMs} ms, ${e.times}x)`).join(' | ')
+  throw new Error(`${what}: not within ${timeoutMs} ms${errors ? `; seen: ${errors}` : ''}`)
 }
 
 t.test('an engine node and a worker partitioned from NATS, then healed', async t => {
@@ -102,6 +113,18 @@ t.test('an engine node and a worker partitioned from NATS, then healed', async t
   const heartbeatOf = async (node: string) => (await nodes.get(node))?.json<{ at: number; live: number }>()
   await until('both engine nodes heartbeating', async () => (await heartbeatOf(survivorNode)) && (await heartbeatOf(cutNode)))
   await sleep(500) // the gateway has seen both heartbeats: placement spreads over both
+  /** For a failure message: who owns the session, what its document holds, what the engines logged of it. */
+  const sessionState = async (sessionId: string) => {
+    const mongo = new MongoClient(mongoUrl)
+    try {
+      const doc = await mongo.db().collection<{ _id: string }>(SESSIONS).findOne({ _id: sessionId })
+      const { snapshot, ...rest } = (doc ?? {}) as Record<string, unknown>
+      const logged = procs.flatMap(p => p.output().split('\n').filter(line => line.includes(sessionId)).map(line => `${p.name}: ${line.slice(0, 300)}`))
+      return `owner entry: ${JSON.stringify((await owners.get(sessionId))?.json())}; document: ${doc ? JSON.stringify({ ...rest, snapshot: snapshot ? 'present' : snapshot }) : 'none'}; logged:\n${logged.join('\n')}`
+    } finally {
+      await mongo.close()
+    }
+  }
   const A = gw.base
 
   /**
@@ -251,6 +274,8 @@ t.test('an engine node and a worker partitioned from NATS, then healed', async t
   await until('"after mid-reply cut" accepted', async () => {
     await say(fresh, 'after mid-reply cut')
     return true
+  }).catch(async error => {
+    throw new Error(`${(error as Error).message}\n${await sessionState(fresh.sessionId)}`)
   })
   const midAccepted = Date.now() - midCutAt
   await replyTo(fresh, 'after mid-reply cut')
