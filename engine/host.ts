@@ -225,6 +225,8 @@ export class SessionHost {
         consumerId: request.consumerId,
         idleDeadline: opening.context.idleDeadline,
         at,
+        snapshot: this.openingSnapshot(opening.context),
+        logPosition: opening.context.seq,
       },
       this.fenceOf(request.sessionId),
     )
@@ -238,6 +240,22 @@ export class SessionHost {
     actor.start()
     this.afterEvent(live)
     return { unsubscribe: () => live.listeners.delete(listener) }
+  }
+
+  /**
+   * The new session as a persisted snapshot between turns, written with its document: without it
+   * a session whose node went away before its first snapshot (an outbound session owing its
+   * first reply writes none until that reply ends) could not be restored and answered 404. It is
+   * idle even when a reply is owed: restore() starts the owed reply, as after any cut reply.
+   * Null when it cannot be encoded: the session goes on unpersisted and the write-behind says so
+   * (logged once, counted, on /healthz), as for any state that cannot be encoded.
+   */
+  private openingSnapshot(context: SessionContext): string | null {
+    try {
+      return JSON.stringify(this.machine.getPersistedSnapshot(this.machine.resolveState({ value: { active: 'idle' }, context })))
+    } catch {
+      return null
+    }
   }
 
   /** Each crew's attention rules, compiled once. */
@@ -865,7 +883,9 @@ export class SessionHost {
     this.afterEvent(live)
     // A restored idle session that owes a reply starts it (as a system attend) — unless the
     // command that caused the restore (it runs first) is a user message, whose reply covers it.
-    if (orphans.length) {
+    // Owed: acknowledged messages after the snapshot (marked above), or a reply already owed
+    // when it was taken (the opening snapshot of an outbound session that speaks first).
+    if ((persisted.context as SessionContext).replyOwed) {
       setImmediate(() => {
         const attend: SessionEvent = { type: 'admin.attend', userId: 'system:restore', at: this.now }
         if (!live.actor) return

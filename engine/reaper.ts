@@ -16,8 +16,9 @@
 //     the session closes through the normal path (log, record, tombstone, slot, lease). That is
 //     why the reaper has no close logic of its own for restorable sessions: it is the least new
 //     code, and the close is the very one an idle timeout runs.
-//   - a session that cannot be restored (no snapshot yet: its node died during the first reply;
-//     or its crew is no longer configured) is closed here the same way by hand.
+//   - a session that cannot be restored (its crew is no longer configured; or a document written
+//     before sessions were inserted with their opening snapshot, whose node died during the
+//     first reply) is closed here the same way by hand.
 // Both closes are conditional updates on the session document (still active/paused; here also
 // the idle deadline read by the scan unchanged), and the crew slot is released only when that
 // update matched: two reapers (or a reaper and a returning client) release a slot once.

@@ -53,6 +53,10 @@ export interface NewSession {
   consumerId: string
   idleDeadline: number
   at: number
+  /** The opening, as a persisted snapshot between turns (JSON): restorable from its insert on (null: not encodable). */
+  snapshot: string | null
+  /** The history seq that snapshot covers (the opening's entries). */
+  logPosition: number
 }
 
 /** What the host writes after a turn: the actor's persisted snapshot and what it points at. */
@@ -118,8 +122,8 @@ export class SessionStore {
       crewId: session.crewId,
       state: 'active',
       agentId: session.agentId,
-      snapshot: null,
-      logPosition: 0,
+      snapshot: session.snapshot,
+      logPosition: session.logPosition,
       consumers: [session.consumerId],
       deadlines: { idle: session.idleDeadline, tools: [] },
       createdAt: new Date(session.at),

@@ -17,12 +17,17 @@ import { crewsFile, DEFAULT_CREWS } from './fixtures/crews.js'
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 const TOOL_TIMEOUT = 300
 
-function node(store: Store, env: Record<string, string> = {}) {
+/** An in-process engine on `store`; `chunkDelayMs` slows the demo crew's replies (streamed word by word). */
+function node(store: Store, env: Record<string, string> = {}, chunkDelayMs?: number) {
   const config = loadConfig({ LOG_LEVEL: 'silent', ...env })
   const logger = createLogger('silent')
   const platform: Platform = { config, store, bus: new MemoryBus(logger), clock: { now: () => Date.now() }, logger, metrics: createMetrics() }
   const crews = parseCrews({
-    crews: DEFAULT_CREWS.crews.map((c: any) => ({ ...c, tools: c.tools.map((tool: any) => (tool.handler === 'external' ? { ...tool, timeoutMs: TOOL_TIMEOUT } : tool)) })),
+    crews: DEFAULT_CREWS.crews.map((c: any) => ({
+      ...c,
+      ...(c.id === 'demo' && chunkDelayMs !== undefined ? { assistant: { ...c.assistant, chunkDelayMs } } : {}),
+      tools: c.tools.map((tool: any) => (tool.handler === 'external' ? { ...tool, timeoutMs: TOOL_TIMEOUT } : tool)),
+    })),
   })
   return createEngine(platform, { crews })
 }
@@ -94,6 +99,32 @@ t.test('another node restores a session from the store and carries on', async t 
   const seqs = history.data.map((e: any) => e.seq)
   t.same(seqs, seqs.map((_: number, i: number) => i + 1), 'one log, numbered without gaps across nodes')
   t.ok(history.data.some((e: any) => e.type === 'session.restored'))
+})
+
+t.test('a session whose node went away during its first reply is restored and gives that reply', async t => {
+  // An outbound session that speaks first writes no snapshot until its first reply ends; the
+  // document it is inserted with must be enough to restore it (it answered 404 before).
+  const store = new MemoryStore()
+  const a = node(store, {}, 100)
+  await a.start()
+  const c = collector()
+  const outbound = { type: 'dynamic', parameters: { previousWhisperedMessages: [{ text: 'Customer owes 20 EUR', author: 'system' }] } }
+  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { name: 'Ana' }, outbound } as any, c.listener)
+  await c.until('assistant.response')
+  t.notOk(c.names().includes('assistant.message'), 'node A is still writing the first reply')
+  await a.stop() // node A goes away mid-reply
+
+  const b = node(store)
+  await b.start()
+  t.teardown(() => b.stop())
+  const c2 = collector()
+  await b.transport.subscribe(target, c2.listener)
+  await c2.until('assistant.message')
+  const history: any = await b.transport.command(target, { type: 'query.history', after: 0, limit: 100 })
+  const types = history.data.map((e: any) => e.type)
+  t.equal(types.filter((type: string) => type === 'message.assistant').length, 1, `the first reply, once: ${types.join(', ')}`)
+  t.ok(types.indexOf('session.restored') < types.indexOf('message.assistant'), 'given by node B after the restore')
+  t.match(history.data.find((e: any) => e.type === 'message.assistant'), { text: String })
 })
 
 t.test('an external tool deadline is re-armed on restore', async t => {

@@ -63,7 +63,7 @@ async function until(what: string, check: () => Promise<boolean>, ms = 8000) {
  * Host A fills the crew (LIMIT sessions of acme) and goes away without closing them: one
  * conversation idle with a snapshot, one paused, one with an acknowledged message whose reply
  * was cut off (a restore owes it a reply; past its deadline it expires instead), one still in
- * its first reply (no snapshot yet).
+ * its first reply (its opening snapshot only).
  */
 async function orphansOf(t: Tap, store: Store): Promise<string[]> {
   const a = node(store, { ENGINE_REAPER_INTERVAL_MS: '60000' })
@@ -78,7 +78,6 @@ async function orphansOf(t: Tap, store: Store): Promise<string[]> {
     return docs.length === 2 && docs.every(d => JSON.parse(d.snapshot).value.active !== 'generating')
   })
   const owed = await create(a)
-  await until('the opening persisted', async () => (await sessions.findOne({ _id: owed }))?.snapshot != null)
   await a.transport.command({ sessionId: owed, accountId: 'acme' }, { type: 'user.message', consumerId: 'c1', text: 'hello' })
   await a.transport.command({ sessionId: owed, accountId: 'acme' }, { type: 'query.history', after: 0, limit: 1 }) // the message is written
   const first = await create(a, 'acme', { outbound: { type: 'dynamic', parameters: { previousWhisperedMessages: [] } } })
@@ -94,7 +93,11 @@ for (const kind of STORES) {
     const orphans = await orphansOf(t, store)
     const docs = await store.collection('engine_sessions').find({ _id: { $in: orphans } })
     t.same(docs.map(d => d.state).sort(), ['active', 'active', 'active', 'paused'], 'persisted as live')
-    t.equal(docs.filter(d => d.snapshot === null).length, 1, 'one died in its first reply, before any snapshot')
+    const first = docs.find(d => d._id === orphans[3])!
+    t.match(JSON.parse(first.snapshot), { value: { active: 'idle' }, context: { replyOwed: true } }, 'the one that died in its first reply has its opening snapshot, owing that reply')
+    // As a document written before sessions were inserted with their opening snapshot: not
+    // restorable, closed by hand.
+    await store.collection('engine_sessions').updateOne({ _id: first._id }, { $set: { snapshot: null } })
     const deadline = Math.max(...docs.map(d => d.deadlines.idle))
     const owed = docs.find(d => d._id === orphans[2])!
     const unanswered = await store.collection('engine_session_log').find({ sessionId: owed._id, seq: { $gt: JSON.parse(owed.snapshot).context.seq } })
