@@ -51,6 +51,17 @@ function collector() {
 const SESSION = '0d9a7f0e-5b1c-4c1e-8a41-2f7d6b3c9e01'
 const target = { sessionId: SESSION, accountId: 'acme' }
 
+/** Node B on the same store: its listener restores the session and waits for its next assistant.message. */
+async function answeredOnAnotherNode(t: { teardown(fn: () => unknown): void }, store: Store) {
+  const b = node(store)
+  await b.start()
+  t.teardown(() => b.stop())
+  const c = collector()
+  await b.transport.subscribe(target, c.listener)
+  await c.until('assistant.message')
+  return { b, c }
+}
+
 t.test('after every turn the snapshot and the log are in the store', async t => {
   const store = new MemoryStore()
   const a = node(store)
@@ -114,12 +125,7 @@ t.test('a session whose node went away during its first reply is restored and gi
   t.notOk(c.names().includes('assistant.message'), 'node A is still writing the first reply')
   await a.stop() // node A goes away mid-reply
 
-  const b = node(store)
-  await b.start()
-  t.teardown(() => b.stop())
-  const c2 = collector()
-  await b.transport.subscribe(target, c2.listener)
-  await c2.until('assistant.message')
+  const { b, c: c2 } = await answeredOnAnotherNode(t, store)
   const history: any = await b.transport.command(target, { type: 'query.history', after: 0, limit: 100 })
   const types = history.data.map((e: any) => e.type)
   t.equal(types.filter((type: string) => type === 'message.assistant').length, 1, `the first reply, once: ${types.join(', ')}`)
@@ -140,12 +146,7 @@ t.test('an external tool deadline is re-armed on restore', async t => {
   const doc = await store.collection('engine_sessions').findOne({ _id: SESSION })
   t.equal(doc!.deadlines.tools.length, 1, 'the deadline is stored as an absolute time')
 
-  const b = node(store)
-  await b.start()
-  t.teardown(() => b.stop())
-  const c2 = collector()
-  await b.transport.subscribe(target, c2.listener)
-  await c2.until('assistant.message')
+  const { b, c: c2 } = await answeredOnAnotherNode(t, store)
   const message = c2.events.find(e => e.kind === 'event' && e.name === 'assistant.message') as any
   t.match(message.data.text, /crm_lookup tool returned: .*timeout/)
 })
