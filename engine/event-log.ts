@@ -32,6 +32,8 @@ export interface EventLog {
   append(sessionId: string, event: StreamEvent): void
   /** Events with seq > after that are still kept, in order (a gap shows as a jump in seq). */
   read(sessionId: string, after: number): Promise<StreamEvent[]>
+  /** The log's last entry (null: none kept): a reader at exactly this position has missed nothing. */
+  last(sessionId: string): Promise<LogPosition | null>
   /** A new owner (at `epoch`) takes the session's log over: returns the last seq (0: none), after
    *  which its own events go on, once older owners are fenced out. */
   takeOver(sessionId: string, epoch: number): Promise<number>
@@ -152,6 +154,12 @@ export class MemoryEventLog implements EventLog {
       else out.push({ kind: 'owner', seq, epoch })
     }
     return out
+  }
+
+  async last(sessionId: string): Promise<LogPosition | null> {
+    const ring = this.rings.get(sessionId)
+    if (!ring || ring.length === ring.start) return null
+    return { seq: ring.seqs[ring.length - 1]!, epoch: ring.epochs[ring.length - 1]! }
   }
 
   async takeOver(sessionId: string): Promise<number> {

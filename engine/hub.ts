@@ -281,8 +281,9 @@ export class ChannelHub {
   /**
    * The link that carries live events was down (NATS reconnected): what was published meanwhile
    * never arrived here, and a session's last events show no gap until it speaks again. Every
-   * feed reads its log after its position, RESYNC_CONCURRENCY feeds at a time (a read is a few
-   * requests to the log; a gateway may hold thousands of feeds).
+   * feed checks its log, RESYNC_CONCURRENCY feeds at a time (a gateway may hold thousands): one
+   * read of the log's last entry, and the full read after its position (a reader created, a
+   * fetch, the reader deleted) only when that last entry is not exactly the feed's position.
    */
   async resync() {
     const feeds = [...this.feeds.values()]
@@ -293,18 +294,25 @@ export class ChannelHub {
         // Closed, gone, or already reading its log (subscribing, or filling a gap) meanwhile.
         if (feed.closed || feed.queue || this.feeds.get(feed.sessionId) !== feed) continue
         feed.queue = []
-        await this.repair(feed)
+        await this.repair(feed, true)
       }
     }
     await Promise.all(Array.from({ length: Math.min(RESYNC_CONCURRENCY, feeds.length) }, reader))
     return feeds.length
   }
 
-  /** Fills a gap in the live events from the log, then applies what was queued meanwhile. */
-  private async repair(feed: Feed) {
+  /**
+   * Fills a gap in the live events from the log, then applies what was queued meanwhile. With
+   * `unlessCurrent`, first asks for the log's last entry: when it is the feed's position itself
+   * nothing was missed (an event appended after it would be last). Anything else, even an older
+   * owner's late event sitting last, takes the full read.
+   */
+  private async repair(feed: Feed, unlessCurrent = false) {
     let missed: TransportEvent[] = []
     try {
-      missed = await this.transport.replay(feed.sessionId, feed.position.seq)
+      const last = unlessCurrent ? await this.transport.lastEvent(feed.sessionId) : null
+      const current = last !== null && last.seq === feed.position.seq && last.epoch === feed.position.epoch
+      if (!current) missed = await this.transport.replay(feed.sessionId, feed.position.seq)
     } catch (error) {
       this.logger.warn('event log not readable; the gap is reported to consumers', { sessionId: feed.sessionId, error })
     }

@@ -139,6 +139,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
   const events: EventLog = {
     append: (sessionId, event) => ready(log).append(sessionId, event),
     read: (sessionId, after) => ready(log).read(sessionId, after),
+    last: sessionId => ready(log).last(sessionId),
     takeOver: (sessionId, epoch) => ready(log).takeOver(sessionId, epoch),
     forget: () => {},
   }
@@ -150,6 +151,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     command: (target, command) => ready(remote).command(target, command),
     subscribe: (target, listener) => ready(remote).subscribe(target, listener),
     replay: (sessionId, after) => ready(remote).replay(sessionId, after),
+    lastEvent: sessionId => ready(remote).lastEvent(sessionId),
   }
   const hub = newHub(platform, transport)
   const sessions = new SessionDirectory(platform.store, platform.clock, crews)

@@ -22,7 +22,7 @@ import {
   type JetStreamManager,
 } from '@nats-io/jetstream'
 import type { Logger } from '../platform/logger.js'
-import { isNewer, type EventLog, type StreamEvent } from './event-log.js'
+import { isNewer, type EventLog, type LogPosition, type StreamEvent } from './event-log.js'
 
 export const EVENTS_STREAM = 'SB_SESSION_EVENTS'
 export const eventsSubject = (sessionId: string) => `sb.session.${sessionId}.events`
@@ -78,6 +78,14 @@ export class JetStreamEventLog implements EventLog {
     } catch (error) {
       this.logger.warn('session event not published', { sessionId, seq: event.seq, error })
     }
+  }
+
+  /** One direct read of the subject's last message (no consumer). */
+  async last(sessionId: string): Promise<LogPosition | null> {
+    const message = await this.jsm.streams.getMessage(EVENTS_STREAM, { last_by_subj: eventsSubject(sessionId) })
+    if (!message) return null
+    const { seq, epoch } = message.json<StreamEvent>()
+    return { seq, epoch }
   }
 
   async read(sessionId: string, after: number): Promise<StreamEvent[]> {

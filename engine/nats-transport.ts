@@ -167,6 +167,14 @@ export class NatsSessionTransport implements SessionTransport {
     }
   }
 
+  async lastEvent(sessionId: string): Promise<FeedSubscription['position'] | null> {
+    try {
+      return await this.log.last(sessionId)
+    } catch (error) {
+      throw this.failure(error)
+    }
+  }
+
   /** To the owner; when there is none (no responder), to a node that claims the session. */
   private async send(payload: SessionRequest): Promise<unknown> {
     const { sessionId } = payload.target

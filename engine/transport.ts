@@ -67,6 +67,8 @@ export interface SessionTransport {
   subscribe(target: SessionTarget, listener: TransportListener): Promise<FeedSubscription>
   /** The session's events with seq > after still in its log (call after subscribe()). */
   replay(sessionId: string, after: number): Promise<TransportEvent[]>
+  /** The position of the last entry of the session's log (null: none kept); cheaper than replay(). */
+  lastEvent(sessionId: string): Promise<FeedSubscription['position'] | null>
 }
 
 export class InProcessTransport implements SessionTransport {
@@ -86,5 +88,9 @@ export class InProcessTransport implements SessionTransport {
 
   replay(sessionId: string, after: number) {
     return this.host.events.read(sessionId, after)
+  }
+
+  lastEvent(sessionId: string) {
+    return this.host.events.last(sessionId)
   }
 }

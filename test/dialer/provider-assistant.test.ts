@@ -137,6 +137,7 @@ t.test('at shutdown an attempt whose session is still open ends as failed', asyn
     command: async () => undefined,
     subscribe: async () => ({ unsubscribe: () => undefined, position: { seq: 0, epoch: 0 } }),
     replay: async () => [],
+    lastEvent: async () => null,
   }
   const provider = new AssistantProvider(() => transport, 'demo')
   const request: AttemptRequest = {

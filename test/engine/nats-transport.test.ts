@@ -115,6 +115,17 @@ t.test('a gateway cut off from NATS while a session replies: its stream gets the
   const cut = await startTestService(t, { env: { ...env, NATS_URL: `nats://127.0.0.1:${link.port}`, ROLE: 'gateway' } })
   const other = await startTestService(t, { env: { ...env, NATS_URL: nats.url, ROLE: 'gateway' } })
   await sleep(300) // both gateways have seen the engine's heartbeat
+  // The JetStream API requests every client makes, by kind: what a resync costs the server.
+  const probe = await connect({ servers: nats.url })
+  t.teardown(() => probe.close())
+  const api = { consumerCreates: 0, lastReads: 0 }
+  probe.subscribe('$JS.API.>', {
+    callback: (_error, msg) => {
+      if (msg.subject.startsWith('$JS.API.CONSUMER.CREATE.')) api.consumerCreates++
+      if (msg.subject.startsWith('$JS.API.STREAM.MSG.GET.') || msg.subject.startsWith('$JS.API.DIRECT.GET.')) api.lastReads++
+    },
+  })
+  await probe.flush()
 
   const s = await createSession(cut.base, { body: { arguments: { name: 'U' } } })
   await s.stream.next('crew.status.waiting')
@@ -131,5 +142,23 @@ t.test('a gateway cut off from NATS while a session replies: its stream gets the
   const ids = s.stream.events.filter(e => e.id !== undefined && e.event !== 'hearthbeat').map(e => Number(e.id))
   t.same(ids, ids.map((_, i) => i + 1), 'every event once, in order, with consecutive ids')
   t.notOk(s.stream.events.some(e => e.event === 'stream.gap'), 'no gap reported: nothing was lost')
+  t.ok(api.consumerCreates >= 1, `the missed reply was read back through a log reader (${api.consumerCreates} created)`)
+
+  // Cut again while nothing happens: the resync reads the log's last entry, finds it is the
+  // stream's position, and creates no reader.
+  const before = { ...api }
+  link.cut()
+  await sleep(200)
+  link.heal()
+  const deadline = Date.now() + 10_000
+  while (api.lastReads === before.lastReads && Date.now() < deadline) await sleep(50)
+  t.ok(api.lastReads > before.lastReads, 'the reconnected gateway checked the log')
+  await sleep(300)
+  t.equal(api.consumerCreates, before.consumerCreates, 'and read nothing back: it had missed nothing')
+  const again = await call(cut.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: 'hello again' } })
+  t.equal(again.status, 201)
+  await s.stream.next(e => e.event === 'assistant.message' && e.id !== undefined && Number(e.id) > Number(reply.id), 10_000)
+  const all = s.stream.events.filter(e => e.id !== undefined && e.event !== 'hearthbeat').map(e => Number(e.id))
+  t.same(all, all.map((_, i) => i + 1), 'the stream goes on after the quiet reconnect, ids consecutive')
   s.stream.close()
 })
