@@ -24,8 +24,11 @@ export interface HubOptions {
   listenPath: (sessionId: string, consumerId: string) => string
 }
 
-/** Feeds reading their log at once after a reconnect. */
-const RESYNC_CONCURRENCY = 16
+/**
+ * Feeds checking their log at once after a reconnect. bench/resync, 1,000 feeds that all missed
+ * a reply: every reply delivered 5.0–5.8 s after the heal at 16, 2.9–3.9 s at 32, 2.4–2.5 s at 64.
+ */
+const RESYNC_CONCURRENCY = 32
 
 class Consumer {
   /** Seq of the last event written (or due) to this consumer's stream. */
