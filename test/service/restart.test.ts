@@ -2,9 +2,10 @@
 // a kill -9 and a start on the same DATA_DIR. One real process (main.js, no MONGO_URL, no
 // NATS_URL) takes a key issued by the key CLI into the same DATA_DIR while it runs, a blocked
 // address, an idempotent batch creation, a conversation and five contact loads; it is killed
-// with SIGKILL while the loads are being applied and right after a user message was accepted.
-// The second process must serve all of it: the loads complete, the session answers the message
-// it had accepted and takes new ones (restored as after a failover), the report has its record.
+// with SIGKILL while the loads are being applied, right after a user message was accepted and
+// during an outbound session's first reply. The second process must serve all of it: the loads
+// complete, the session answers the message it had accepted and takes new ones (restored as
+// after a failover), the outbound session gives its first reply, the report has its record.
 import t from 'tap'
 import { execFile } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -15,6 +16,7 @@ import { API_KEYS, call, KEYS } from '../support/harness.js'
 import { buildService, startProcess, waitHealthy } from '../support/processes.js'
 import { contact, createBatch, phone, waitForOperation } from '../support/dialer.js'
 import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
+import { crewsFile, DEFAULT_CREWS } from '../engine/fixtures/crews.js'
 
 const run = promisify(execFile)
 const USER = { UserId: 'supervisor-1' }
@@ -36,7 +38,10 @@ for (const writeThread of ['1', '0']) {
     const dataDir = mkdtempSync(join(tmpdir(), 'sb-restart-'))
     t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
     // Small chunks, one worker: the loads take a while to apply, so the kill lands in the middle.
-    const env = { DATA_DIR: dataDir, API_KEYS, LOG_LEVEL: 'warn', DIALER_CHUNK_SIZE: '10', DIALER_WORKER_CONCURRENCY: '1', DIALER_CYCLE_MS: '0', ENGINE_WRITE_THREAD: writeThread }
+    // Replies stream a word every 150 ms: an outbound session's first reply is still going at the kill.
+    const demo = DEFAULT_CREWS.crews.find((c: { id: string }) => c.id === 'demo')
+    const CREWS_FILE = crewsFile({ patchDemo: { assistant: { ...demo.assistant, chunkDelayMs: 150 } } })
+    const env = { DATA_DIR: dataDir, API_KEYS, LOG_LEVEL: 'warn', DIALER_CHUNK_SIZE: '10', DIALER_WORKER_CONCURRENCY: '1', DIALER_CYCLE_MS: '0', ENGINE_WRITE_THREAD: writeThread, CREWS_FILE }
     const first = await startProcess(t, 'embedded-1', env)
     t.match(await waitHealthy(first), { store: 'lmdb', bus: 'embedded' })
 
@@ -72,8 +77,13 @@ for (const writeThread of ['1', '0']) {
     t.equal(accepted.status, 201, 'a user message acknowledged')
     const last = await call(first.base, 'GET', `/dialer/v1/batches/operations/${operations[4]}`)
     t.ok(['pending', 'running'].includes(last.json.status), `the last load is still being applied at the kill (${last.json.status})`)
+    // An outbound session that speaks first, killed during that first reply: it has written no
+    // snapshot of its own yet, only the one it was inserted with.
+    const outbound = await createSession(first.base, { body: { outbound: { type: 'dynamic', parameters: { previousWhisperedMessages: [{ author: 'agent', text: 'Calling about the renewal' }] } } } })
+    await outbound.stream.next('assistant.response')
     await first.kill()
     session.stream.close()
+    outbound.stream.close()
 
     const second = await startProcess(t, 'embedded-2', env)
     await waitHealthy(second)
@@ -108,12 +118,19 @@ for (const writeThread of ['1', '0']) {
     const history = async () => (await call(base, 'GET', `${ADMIN}/${sessionId}/history`, { headers: USER })).json
     const texts = async () => JSON.stringify(await history())
     t.match(await texts(), 'second question', 'the acknowledged user message is in the history')
+    // Its reply was cut by the kill: the restore gives it. (The next message waits for it: the
+    // scripted provider answers the conversation's last message, and a message taken during a
+    // reply comes before that reply.)
+    await until('the reply to the message accepted before the kill', async () => (await texts()).includes('You said: second question'))
     t.equal((await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'third question' } })).status, 201, 'the session takes a new message')
-    await until('the replies', async () => {
-      const all = await texts()
-      return all.includes('You said: second question') && all.includes('You said: third question')
-    })
+    await until('the reply to the new message', async () => (await texts()).includes('You said: third question'))
     t.pass('the message accepted before the kill and the new one are answered')
+
+    // The outbound session is restored too, and gives the first reply the kill cut.
+    const outboundHistory = async () => (await call(base, 'GET', `${ADMIN}/${outbound.sessionId}/history`, { headers: USER })).json
+    t.ok(Array.isArray((await outboundHistory()).data), 'the outbound session cut in its first reply is restored')
+    const firstReply = await until('its first reply', async () => (await outboundHistory()).data.find((e: { type: string }) => e.type === 'message.assistant'))
+    t.match(firstReply, { type: 'message.assistant', text: String }, 'its first reply is given after the restart')
 
     // Its report record.
     const now = Date.now()
