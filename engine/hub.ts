@@ -48,6 +48,8 @@ class Feed {
   position = { seq: 0, epoch: 0 }
   /** Events received while the feed's position is unknown or while a gap is being filled. */
   queue: TransportEvent[] | null = []
+  /** The link came back again while the log was being read: check once more when that read ends. */
+  recheck = false
   constructor(readonly sessionId: string, readonly accountId: string) {}
   get target(): SessionTarget {
     return { sessionId: this.sessionId, accountId: this.accountId }
@@ -294,8 +296,13 @@ export class ChannelHub {
     const reader = async () => {
       while (next < feeds.length) {
         const feed = feeds[next++]!
-        // Closed, gone, or already reading its log (subscribing, or filling a gap) meanwhile.
-        if (feed.closed || feed.queue || this.feeds.get(feed.sessionId) !== feed) continue
+        // Closed or gone; or already reading its log (subscribing, or filling a gap): that read
+        // may have been made before what this outage lost, so it checks again once done.
+        if (feed.closed || this.feeds.get(feed.sessionId) !== feed) continue
+        if (feed.queue) {
+          feed.recheck = true
+          continue
+        }
         feed.queue = []
         await this.repair(feed, true)
       }
@@ -325,6 +332,11 @@ export class ChannelHub {
       if (!isNewer(event, feed.position)) continue
       if (event.seq > feed.position.seq + 1) this.reportGap(feed, event.seq - 1)
       this.apply(feed, event)
+    }
+    if (feed.recheck && !feed.closed && this.feeds.get(feed.sessionId) === feed) {
+      feed.recheck = false
+      feed.queue = []
+      await this.repair(feed, true)
     }
   }
 
