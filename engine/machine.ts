@@ -81,6 +81,8 @@ export interface SessionContext {
   resolved: string[]
   /** The reply being written (its chunks streamed since gen.writing); null between replies. */
   draft: { messageId: string } | null
+  /** Id of the conversation's last message when the turn started (null: none; absent in older snapshots). */
+  turnAfter?: string | null
   transfers: number
   createdAt: number
   updatedAt: number
@@ -182,6 +184,21 @@ class Recorder {
   addMessage(message: ConversationMessage) {
     this.addMessages([message])
   }
+  /**
+   * Adds a turn's reply before the user messages taken while it was written (the run of user
+   * messages at the end, after `turnAfter`): the reply did not see them, and the next reply,
+   * which answers them, then follows them. The history log keeps the order things happened in.
+   */
+  addReply(message: ConversationMessage, turnAfter: string | null | undefined) {
+    const messages = this.current('messages')
+    const start = turnAfter === null ? 0 : turnAfter === undefined ? messages.length : messages.findIndex(m => m.id === turnAfter) + 1
+    let at = messages.length
+    // Unknown start (an older snapshot, or the turn's first message left the window): appended.
+    if (start > 0 || turnAfter === null) while (at > start && messages[at - 1]!.author === 'user') at--
+    if (at === messages.length) return this.addMessage(message)
+    const digest = digestAdd(digestFor(this.current('digest'), messages), message)
+    this.set({ messages: window([...messages.slice(0, at), message, ...messages.slice(at)]), digest, summary: summarizeDigest(digest, this.current('agentId')) })
+  }
   touch() {
     this.set({ idleDeadline: this.at + this.base.idleTimeoutMs })
   }
@@ -259,6 +276,7 @@ export function initialContext(input: SessionInput): SessionContext {
     pendingTools: [],
     resolved: [],
     draft: null,
+    turnAfter: null,
     transfers: 0,
     createdAt: input.at,
     updatedAt: input.at,
@@ -336,7 +354,7 @@ export const sessionMachine = setup({
       // A round after tool results continues the same turn; anything else starts a new one.
       const continuing = context.toolRounds > 0
       const turnId = continuing ? context.turnId : context.turnId + 1
-      r.set({ turnId, replyOwed: false, draft: null })
+      r.set({ turnId, replyOwed: false, draft: null, ...(continuing ? {} : { turnAfter: context.messages.at(-1)?.id ?? null }) })
       r.log(continuing ? 'turn.continued' : 'turn.started', { turnId, agentId: context.agentId, round: context.toolRounds })
       r.publish('crew.status.writing', { agentId: context.agentId, turnId })
     }),
@@ -365,7 +383,7 @@ export const sessionMachine = setup({
       const messageId = replyId(context)
       const seq = r.log('message.assistant', { source: 'generated', messageId, turnId: context.turnId, agentId: context.agentId, text })
       for (const guardrail of triggered) r.log('guardrail.triggered', { guardrail, action: 'redact', messageSeq: seq, side: 'assistant' })
-      r.addMessage({ id: messageId, author: 'assistant', text, source: 'generated', at: r.at, agentId: context.agentId })
+      r.addReply({ id: messageId, author: 'assistant', text, source: 'generated', at: r.at, agentId: context.agentId }, context.turnAfter)
       r.set({ draft: null, toolRounds: 0 })
       r.publish('assistant.message', { messageId, turnId: context.turnId, agentId: context.agentId, text, at: r.at })
       r.touch()

@@ -328,3 +328,19 @@ t.test('assertCan names the state', async t => {
     t.match(error, { event: 'admin.resume', state: 'active.idle' })
   }
 })
+
+t.test('a message taken during a reply comes after that reply in the context, and the next reply answers it', async t => {
+  const generations: GenerationInput[] = []
+  const machine = sessionMachine.provide({ actors: { generate: fromCallback<SessionEvent, GenerationInput>(({ input }) => void generations.push(input)) } })
+  const s = start({ guardrails: [], modifiers: undefined }, machine)
+  s.send({ type: 'user.message', text: 'first', consumerId: 'c-1', at: at(1) })
+  s.send({ type: 'user.message', text: 'second', consumerId: 'c-1', at: at(2) }) // while the first reply is written
+  s.send({ type: 'gen.completed', text: 'reply to first', toolCalls: [], at: at(3) })
+  t.equal(s.state(), 'active.generating', 'a second reply is owed')
+  t.same(s.ctx().messages.map(m => m.text), ['first', 'reply to first', 'second'], 'the reply sits where it was asked for, before what it did not see')
+  t.equal(generations.at(-1)!.messages.at(-1)!.text, 'second', 'the next generation ends with the message it answers')
+  s.send({ type: 'gen.completed', text: 'reply to second', toolCalls: [], at: at(4) })
+  t.same(s.ctx().messages.map(m => m.text), ['first', 'reply to first', 'second', 'reply to second'])
+  t.same(s.log.filter(e => e.type.startsWith('message.')).map(e => e.text), ['first', 'second', 'reply to first', 'reply to second'], 'the history keeps the order things happened in')
+  t.match(s.ctx().digest, { users: 2, assistants: 2, lastUser: 'second', lastAssistant: 'reply to second' })
+})
