@@ -176,10 +176,12 @@ class Recorder {
     const digest = digestOf(messages)
     this.set({ messages: window(messages), digest, summary: summarizeDigest(digest, this.current('agentId')) })
   }
-  /** Adds messages to the conversation and refreshes the summary. */
-  addMessages(added: ConversationMessage[]) {
-    const digest = added.reduce(digestAdd, digestFor(this.current('digest'), this.current('messages')))
-    this.set({ messages: window([...this.current('messages'), ...added]), digest, summary: summarizeDigest(digest, this.current('agentId')) })
+  /** Adds messages to the conversation (at the end, or before index `at`) and refreshes the summary. */
+  addMessages(added: ConversationMessage[], at?: number) {
+    const messages = this.current('messages')
+    const digest = added.reduce(digestAdd, digestFor(this.current('digest'), messages))
+    const next = at === undefined ? [...messages, ...added] : [...messages.slice(0, at), ...added, ...messages.slice(at)]
+    this.set({ messages: window(next), digest, summary: summarizeDigest(digest, this.current('agentId')) })
   }
   addMessage(message: ConversationMessage) {
     this.addMessages([message])
@@ -191,13 +193,11 @@ class Recorder {
    */
   addReply(message: ConversationMessage, turnAfter: string | null | undefined) {
     const messages = this.current('messages')
-    const start = turnAfter === null ? 0 : turnAfter === undefined ? messages.length : messages.findIndex(m => m.id === turnAfter) + 1
+    // Where the turn started; unknown (an older snapshot, or that message left the window): the end.
+    const start = turnAfter === null ? 0 : messages.findIndex(m => m.id === turnAfter) + 1 || messages.length
     let at = messages.length
-    // Unknown start (an older snapshot, or the turn's first message left the window): appended.
-    if (start > 0 || turnAfter === null) while (at > start && messages[at - 1]!.author === 'user') at--
-    if (at === messages.length) return this.addMessage(message)
-    const digest = digestAdd(digestFor(this.current('digest'), messages), message)
-    this.set({ messages: window([...messages.slice(0, at), message, ...messages.slice(at)]), digest, summary: summarizeDigest(digest, this.current('agentId')) })
+    while (at > start && messages[at - 1]!.author === 'user') at--
+    this.addMessages([message], at)
   }
   touch() {
     this.set({ idleDeadline: this.at + this.base.idleTimeoutMs })
