@@ -21,12 +21,39 @@ export function toChatMessages(request: ProviderRequest, config: OpenAiAssistant
     .filter(Boolean)
     .join('\n')
   const out: ChatMessage[] = [{ role: 'system', content: system }]
-  const answered = new Set(request.messages.filter(m => m.author === 'tool').map(m => m.callId))
-  for (const m of request.messages) out.push(...mapMessage(m, answered))
+  const messages = resultsAfterTheirCalls(request.messages)
+  const answered = new Set(messages.filter(m => m.author === 'tool').map(m => m.callId))
+  const asked = new Set(messages.flatMap(m => (m.author === 'assistant' || m.author === 'agent' ? (m.toolCalls ?? []).map(c => c.callId) : [])))
+  for (const m of messages) out.push(...mapMessage(m, answered, asked))
   return out
 }
 
-function mapMessage(m: ConversationMessage, answered: Set<string | undefined>): ChatMessage[] {
+/**
+ * The API wants an assistant message's tool_calls directly followed by their tool messages, but
+ * the conversation keeps the order things happened in: a user may write while an external tool
+ * runs. Each answered call's result is moved up to just after the message that asked for it.
+ */
+export function resultsAfterTheirCalls(messages: ConversationMessage[]): ConversationMessage[] {
+  const results = new Map<string, ConversationMessage>()
+  for (const m of messages) if (m.author === 'tool' && m.callId && answeredByAssistant(m)) results.set(m.callId, m)
+  if (results.size === 0) return messages
+  const moved = new Set<ConversationMessage>()
+  const out: ConversationMessage[] = []
+  for (const m of messages) {
+    if (moved.has(m)) continue
+    out.push(m)
+    for (const call of m.author === 'tool' ? [] : (m.toolCalls ?? [])) {
+      const result = results.get(call.callId)
+      if (result && !moved.has(result)) {
+        out.push(result)
+        moved.add(result)
+      }
+    }
+  }
+  return out
+}
+
+function mapMessage(m: ConversationMessage, answered: Set<string | undefined>, asked: Set<string>): ChatMessage[] {
   switch (m.author) {
     case 'user':
       return [{ role: 'user', content: m.text }]
@@ -46,8 +73,11 @@ function mapMessage(m: ConversationMessage, answered: Set<string | undefined>): 
       ]
     }
     case 'tool':
-      // Injected tool results (no call of the assistant) go in as system notes.
-      return m.callId && m.source === 'tool' && answeredByAssistant(m) ? [{ role: 'tool', content: m.text, tool_call_id: m.callId }] : [{ role: 'system', content: `Result of tool ${m.tool}: ${m.text}` }]
+      // A result with no call of the assistant before it (injected by a supervisor, or its call
+      // has left the context window) goes in as a system note: a lone tool message is refused.
+      return m.callId && m.source === 'tool' && answeredByAssistant(m) && asked.has(m.callId)
+        ? [{ role: 'tool', content: m.text, tool_call_id: m.callId }]
+        : [{ role: 'system', content: `Result of tool ${m.tool}: ${m.text}` }]
   }
 }
 

@@ -20,6 +20,12 @@ async function setup(t: any) {
         modifiers: { style: 'Short answers.' },
         tools: [
           { id: 'echo', description: 'Echo', parameters: { type: 'object', required: ['text'], properties: { text: { type: 'string' } } }, handler: 'echo' },
+          {
+            id: 'crm_lookup',
+            description: 'CRM lookup, answered through the Resolver',
+            parameters: { type: 'object', required: ['customerId'], properties: { customerId: { type: 'string' } } },
+            handler: 'external',
+          },
         ],
         assistant: { provider: 'openai', baseUrl: standIn.url, model: 'gpt-test', apiKeyEnv: 'SB_TEST_OPENAI_KEY', systemPrompt: 'You are a test crew.' },
       },
@@ -47,7 +53,8 @@ t.test('streamed text becomes assistant.response chunks and one assistant.messag
   t.equal(request.stream, true)
   t.match(request.messages[0], { role: 'system', content: /You are a test crew\.[\s\S]*agent "general"[\s\S]*Short answers\.[\s\S]*"name":"Ana"/ })
   t.match(request.messages.at(-1), { role: 'user', content: 'hello model' })
-  t.match(request.tools, [{ type: 'function', function: { name: 'echo', parameters: { type: 'object' } } }])
+  t.same(request.tools.map((tool: any) => [tool.type, tool.function.name]), [['function', 'echo'], ['function', 'crm_lookup']])
+  t.match(request.tools[0], { function: { parameters: { type: 'object' } } })
 })
 
 t.test('tool calls: arguments assembled from fragments, the result goes back as a tool message', async t => {
@@ -71,6 +78,47 @@ t.test('tool calls: arguments assembled from fragments, the result goes back as 
   const third = standIn.requests.at(-1)
   t.ok(third.messages.some((m: any) => m.role === 'system' && m.content === 'be brief'))
   t.ok(third.messages.some((m: any) => m.role === 'system' && /Result of tool echo: \{"text":"injected"\}/.test(m.content)))
+})
+
+const supervisor = { headers: { UserId: 'sup' } }
+
+async function externalCall(base: string, sessionId: string) {
+  for (let i = 0; i < 200; i++) {
+    const history = (await call(base, 'GET', `${ADMIN}/${sessionId}/history`, supervisor)).json.data
+    const pending = history.find((e: any) => e.type === 'tool.call' && e.tool === 'crm_lookup')
+    if (pending) return pending
+    await new Promise(r => setTimeout(r, 10))
+  }
+  throw new Error('the model never called crm_lookup')
+}
+
+t.test('a message written while an external tool runs: the model still gets the result right after its call', async t => {
+  const { standIn, stream, say, base, sessionId } = await setup(t)
+  await say('lookup C-42')
+  const pending = await externalCall(base, sessionId)
+  t.equal((await say('are you still there?')).status, 201)
+  const resolved = await call(base, 'PUT', `${ADMIN}/${sessionId}/external/${pending.correlationId}`, { ...supervisor, body: { plan: 'gold' } })
+  t.equal(resolved.status, 200)
+  const next = await stream.next(e => e.event === 'assistant.message' || e.event === 'assistant.error')
+  t.equal(next.event, 'assistant.message', 'the model accepted the conversation')
+  const roles = standIn.requests[1].messages.map((m: any) => m.role)
+  t.same(roles.slice(-4), ['user', 'assistant', 'tool', 'user'], 'the tool result directly follows its call; the later message follows it')
+  t.equal(standIn.requests[1].messages.at(-1).content, 'are you still there?')
+  t.equal(standIn.requests[1].messages.at(-2).content, '{"plan":"gold"}')
+})
+
+t.test('the result of an injected external tool reaches the model as a note, not as an unasked tool message', async t => {
+  const { standIn, stream, say, base, sessionId } = await setup(t)
+  await stream.next('crew.status.waiting')
+  const injected = await call(base, 'PUT', `${ADMIN}/${sessionId}/toolinject`, { ...supervisor, body: { tool: 'crm_lookup', args: { customerId: 'C-7' } } })
+  t.match(injected.json, { status: 'pending', correlationId: String })
+  t.equal((await call(base, 'PUT', `${ADMIN}/${sessionId}/external/${injected.json.correlationId}`, { ...supervisor, body: { plan: 'basic' } })).status, 200)
+  await say('next')
+  const next = await stream.next(e => e.event === 'assistant.message' || e.event === 'assistant.error')
+  t.match(next, { event: 'assistant.message', data: { text: 'Echoing: next' } })
+  const request = standIn.requests.at(-1)
+  t.notOk(request.messages.some((m: any) => m.role === 'tool'))
+  t.ok(request.messages.some((m: any) => m.role === 'system' && m.content === 'Result of tool crm_lookup: {"plan":"basic"}'))
 })
 
 t.test('a provider failure is an assistant.error event; the session goes on', async t => {

@@ -4,7 +4,7 @@
 // chat.completion.chunk events over SSE ending in `data: [DONE]`, tool-call arguments split
 // across chunks by index, finish_reason, and OpenAI-style error bodies. Its "model" is
 // deterministic: a tool result is summarised, "echo ..." calls the echo tool when offered,
-// "fail" breaks, anything else is echoed back.
+// "lookup ..." calls crm_lookup when offered, "fail" breaks, anything else is echoed back.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 
@@ -92,6 +92,7 @@ export async function startOpenAiStandIn(options: { apiKey?: string } = {}): Pro
     let call: { name: string; arguments: string } | null = null
     if (last.role === 'tool') text = `Tool result: ${last.content}`
     else if (lastUser && /^echo /i.test(lastUser.content) && offered.has('echo')) call = { name: 'echo', arguments: JSON.stringify({ text: lastUser.content.slice(5) }) }
+    else if (lastUser && /^lookup /i.test(lastUser.content) && offered.has('crm_lookup')) call = { name: 'crm_lookup', arguments: JSON.stringify({ customerId: lastUser.content.slice(7) }) }
     else if (lastUser?.content === 'fail') return error(res, 500, 'The server had an error while processing your request.', 'server_error')
     else text = `Echoing: ${lastUser?.content ?? '(nothing)'}`
 
