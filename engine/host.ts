@@ -105,8 +105,8 @@ export interface HostOptions {
 export interface SessionLeases {
   /** The fencing token of this node's lease on the session, or undefined when it does not hold one. */
   token(sessionId: string): number | undefined
-  /** The session left this node: `finished` (destroyed: the lease goes) or `dropped` (lease lost). */
-  unloaded(sessionId: string, why: 'finished' | 'dropped'): void
+  /** The session left this node: `finished` (destroyed: the lease goes) or `dropped` (lease lost or lapsed). */
+  unloaded(sessionId: string, why: 'finished' | 'dropped', accountId: string): void
 }
 
 const notFound = (sessionId: string) => new ApiError(404, 'SESSION_NOT_FOUND', `Session ${sessionId} not found`)
@@ -463,8 +463,15 @@ export class SessionHost {
   /** Numbers the session's next event, hands it to this node's listeners and to the log. */
   private emit(live: LiveSession, body: StreamEventBody) {
     const epoch = this.epochOf(live.id)
-    // Over NATS, a node whose lease lapsed publishes nothing more (its next write drops the session).
-    if (this.options.leases && epoch === 0) return
+    if (this.options.leases && epoch === 0) {
+      // Over NATS, a node whose lease lapsed publishes nothing more: another node may own the
+      // session by now. Going on here would lose this event for good (its listeners wait for a
+      // reply that never comes), so the session is let go at once; the ownership takes it back
+      // if it is still this node's, and the restore gives the cut reply again. Not from inside
+      // the actor's own emit: on the next turn of the loop.
+      setImmediate(() => this.drop(live, 'lease lapsed: its events could not be published'))
+      return
+    }
     const event = { ...body, seq: ++live.eventSeq, epoch }
     for (const listener of live.listeners) listener(event)
     this.events.append(live.id, event)
@@ -774,7 +781,7 @@ export class SessionHost {
     })()
       .finally(() => live.writer.closed())
       .catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
-      .finally(() => this.options.leases?.unloaded(live.id, 'finished'))
+      .finally(() => this.options.leases?.unloaded(live.id, 'finished', live.accountId))
     const cleanup = live.cleanup
     this.cleanups.add(cleanup)
     void cleanup.finally(() => this.cleanups.delete(cleanup))
@@ -916,7 +923,7 @@ export class SessionHost {
     this.letGo(live)
     if (this.live.get(live.id) === live) this.live.delete(live.id)
     this.released(live)
-    this.options.leases?.unloaded(live.id, 'dropped')
+    this.options.leases?.unloaded(live.id, 'dropped', live.accountId)
   }
 
   /** Drops a session whose lease this node lost (called by the ownership); answers its account. */

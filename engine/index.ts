@@ -132,7 +132,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
   // The host asks the ownership for leases; both exist once start() opened the buckets.
   const leases = {
     token: (sessionId: string) => ownership?.token(sessionId),
-    unloaded: (sessionId: string, why: 'finished' | 'dropped') => ownership?.unloaded(sessionId, why),
+    unloaded: (sessionId: string, why: 'finished' | 'dropped', accountId: string) => ownership?.unloaded(sessionId, why, accountId),
   }
   // The event log opens in start(); the host appends only once started.
   let log: JetStreamEventLog | undefined

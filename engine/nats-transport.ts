@@ -53,6 +53,10 @@ interface SessionRequest {
   id?: string
 }
 
+/** Waits before each attempt to take back a session whose lease lapsed (about 15 s in all). */
+const RETAKE_WAITS_MS = [250, 1000, 2000, 4000, 8000]
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms).unref())
+
 /** Commands an engine node remembers by id (about a minute of traffic at a few hundred per second). */
 const RECENT_COMMANDS = 20_000
 
@@ -233,6 +237,7 @@ export class EngineNode {
   private readonly accounts = new Map<string, string>()
   /** Outcomes of recent commands by id, oldest first. */
   private readonly recent = new Map<string, Promise<unknown>>()
+  private stopping = false
   private host!: SessionHost
   ownership!: Ownership
 
@@ -252,6 +257,7 @@ export class EngineNode {
       }
     }
     ownership.onReconnected = sessionIds => void this.reclaim(sessionIds)
+    ownership.onLapsed = (sessionId, accountId) => void this.retake({ sessionId, accountId })
     ownership.onUnloaded = sessionId => {
       this.sessionSubs.get(sessionId)?.unsubscribe()
       this.sessionSubs.delete(sessionId)
@@ -341,6 +347,30 @@ export class EngineNode {
     this.logger.info('reconnected to NATS: sessions taken back', { restored, of: sessionIds.length })
   }
 
+  /**
+   * A session let go because its lease lapsed (its renewals did not get through: a hanging link,
+   * a JetStream that does not answer) may still be this node's, and nothing else may ask for it:
+   * its user waits for the reply the lapse cut. So it is claimed back here, a few spaced
+   * attempts while NATS may still be unwell, then left to its next command. Taken by another
+   * node, or gone: nothing to do.
+   */
+  private async retake(target: SessionTarget) {
+    for (const wait of RETAKE_WAITS_MS) {
+      await sleep(wait)
+      if (this.stopping) return
+      if (this.host.hosts(target.sessionId) && this.ownership.token(target.sessionId) !== undefined) return
+      try {
+        const redirect = await this.take(target)
+        this.logger.info(redirect ? 'lapsed session owned by another node now' : 'lapsed session taken back', { sessionId: target.sessionId })
+        return
+      } catch (error) {
+        if (error instanceof ApiError && error.status === 404) return
+        this.logger.debug('lapsed session not taken back yet', { sessionId: target.sessionId, error })
+      }
+    }
+    this.logger.warn('lapsed session not taken back; its next command will', { sessionId: target.sessionId })
+  }
+
   /** Claims and restores one session (one attempt at a time per session on this node). */
   private take(target: SessionTarget): Promise<Redirect | undefined> {
     const { sessionId } = target
@@ -411,6 +441,7 @@ export class EngineNode {
 
   /** Stops taking requests (the host is stopped next, then the leases are released). */
   stopIntake() {
+    this.stopping = true
     for (const sub of [...this.subs, ...this.sessionSubs.values()]) sub.unsubscribe()
     this.subs.length = 0
     this.sessionSubs.clear()

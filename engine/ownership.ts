@@ -167,6 +167,8 @@ export class Ownership implements SessionLeases {
   onDisconnected: (sessionIds: string[]) => void = () => {}
   /** Called once reconnected with the sessions dropped when the connection went: claim them back. */
   onReconnected: (sessionIds: string[]) => void = () => {}
+  /** Called when a session was dropped because its lease lapsed (not taken): claim it back. */
+  onLapsed: (sessionId: string, accountId: string) => void = () => {}
 
   private constructor(
     private readonly nc: NatsConnection,
@@ -248,10 +250,14 @@ export class Ownership implements SessionLeases {
     return lease.token
   }
 
-  unloaded(sessionId: string, why: 'finished' | 'dropped') {
+  unloaded(sessionId: string, why: 'finished' | 'dropped', accountId: string) {
     this.onUnloaded(sessionId)
-    if (why === 'finished') void this.release(sessionId)
-    else this.leases.delete(sessionId)
+    if (why === 'finished') return void this.release(sessionId)
+    const lease = this.leases.get(sessionId)
+    this.leases.delete(sessionId)
+    // Lapsed (renewals did not get through in time) is not lost (a renewal found the entry
+    // rewritten, which deletes the lease first): the entry may still be this node's.
+    if (lease && !this.stopped && Date.now() - lease.renewedAt >= this.timing.renewMs * 3) this.onLapsed(sessionId, accountId)
   }
 
   // ------------------------------------------------------------ claims

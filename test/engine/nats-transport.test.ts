@@ -11,6 +11,7 @@ import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse } from '../support/sse.js'
 import { OWNERS_BUCKET } from '../../engine/ownership.js'
 import { startTcpProxy } from '../support/tcp-proxy.js'
+import { crewsFile, DEFAULT_CREWS } from './fixtures/crews.js'
 
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 const SESSIONS = 8
@@ -161,4 +162,42 @@ t.test('a gateway cut off from NATS while a session replies: its stream gets the
   const all = s.stream.events.filter(e => e.id !== undefined && e.event !== 'hearthbeat').map(e => Number(e.id))
   t.same(all, all.map((_, i) => i + 1), 'the stream goes on after the quiet reconnect, ids consecutive')
   s.stream.close()
+})
+
+// A link that hangs for a few seconds without closing (no disconnect for the client to see):
+// the engine's lease renewals do not get through in time, its lease lapses in the middle of a
+// reply, and what the reply publishes meanwhile cannot go out (another node may own the session
+// by then). Nobody else will ask for the session: its user is waiting for that reply. So the
+// node takes the session back by itself once it can, and the restore gives the reply again.
+t.test('an engine whose lease lapses mid-reply on a hanging link takes the session back and gives the reply', async t => {
+  const nats = await startNatsServer(t)
+  const mongoUrl = await mongoUrlFor(t)
+  const link = await startTcpProxy(nats.port)
+  t.teardown(() => link.close())
+  // A word every 400 ms: the reply outlasts the lease (renewed every 500 ms, counts for 1.5 s).
+  const demo = DEFAULT_CREWS.crews.find((c: { id: string }) => c.id === 'demo')
+  const CREWS_FILE = crewsFile({ patchDemo: { assistant: { ...demo.assistant, chunkDelayMs: 400 } } })
+  const env = { MONGO_URL: mongoUrl, ENGINE_HEARTBEAT_MS: '200', ENGINE_LEASE_RENEW_MS: '500', CREWS_FILE }
+  await startTestService(t, { env: { ...env, NATS_URL: `nats://127.0.0.1:${link.port}`, ROLE: 'engine' } })
+  const gw = await startTestService(t, { env: { ...env, NATS_URL: nats.url, ROLE: 'gateway' } })
+  await sleep(300)
+  const s = await createSession(gw.base, { body: { arguments: { name: 'U' } } })
+  t.teardown(() => s.stream.close())
+  await s.stream.next('crew.status.waiting')
+  t.equal((await call(gw.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: 'hello' } })).status, 201)
+  await s.stream.next('assistant.response')
+  link.stall()
+  await sleep(3000)
+  link.flow()
+  const reply = await s.stream.next('assistant.message', 15_000)
+  t.equal(reply.data.text, 'Hello! How can I help you today?', 'the reply reaches the stream after the link flows again')
+  await s.stream.next('crew.status.waiting', 5_000)
+  const history = (await call(gw.base, 'GET', `${ADMIN}/${s.sessionId}/history`, { headers: { UserId: 'sup' } })).json.data
+  t.same(
+    history.filter((e: any) => e.type === 'message.user' || e.type === 'message.assistant').map((e: any) => e.text),
+    ['hello', 'Hello! How can I help you today?'],
+    'the history has the message and one reply',
+  )
+  t.notOk(s.stream.events.some(e => e.event === 'stream.gap'), 'no gap reported')
+  t.comment(s.stream.events.map(e => `${e.id ?? ''}:${e.event}`).join(' '))
 })

@@ -6,10 +6,13 @@
  *                   dropped at once: the process cannot reach the server, the server sees it gone,
  *                   everything else (the process's HTTP port, MongoDB) stays reachable
  *   proxy.heal()    new connections are forwarded again (the process's client reconnects by itself)
+ *   proxy.stall()   the open connections stay open but nothing goes through either way (a link
+ *                   that hangs: bytes wait in the sockets, neither side sees a close)
+ *   proxy.flow()    what waited goes through, and everything after it
  *   proxy.close()   stops listening and destroys every connection
  *
- * Limits: a cut is an abrupt close (RST/FIN), not a silent black hole where packets vanish and
- * both sides only notice through their own ping timeouts.
+ * Limits: a cut is an abrupt close (RST/FIN), and a stall loses nothing; neither is a silent
+ * black hole where packets vanish and both sides only notice through their own ping timeouts.
  */
 import { connect, createServer, type Socket } from 'node:net'
 
@@ -17,12 +20,15 @@ export interface TcpProxy {
   port: number
   cut(): void
   heal(): void
+  stall(): void
+  flow(): void
   close(): Promise<void>
 }
 
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const pairs = new Set<[Socket, Socket]>()
   let partitioned = false
+  let stalled = false
 
   const server = createServer(client => {
     if (partitioned) return client.destroy()
@@ -36,6 +42,7 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       upstream.destroy()
     }
     for (const socket of pair) socket.once('close', drop).on('error', drop)
+    if (stalled) return
     client.pipe(upstream)
     upstream.pipe(client)
   })
@@ -59,6 +66,20 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     },
     heal() {
       partitioned = false
+    },
+    stall() {
+      stalled = true
+      for (const [client, upstream] of pairs) {
+        client.unpipe(upstream).pause()
+        upstream.unpipe(client).pause()
+      }
+    },
+    flow() {
+      stalled = false
+      for (const [client, upstream] of pairs) {
+        client.pipe(upstream)
+        upstream.pipe(client)
+      }
     },
     close() {
       partitioned = true
