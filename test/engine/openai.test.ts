@@ -2,7 +2,9 @@
 // provider openai, a real session, real SSE.
 import t from 'tap'
 import { call, startTestService } from '../support/harness.js'
-import { startOpenAiStandIn } from '../support/openai-stand-in.js'
+import { invalid, startOpenAiStandIn } from '../support/openai-stand-in.js'
+import { toChatMessages } from '../../engine/providers/openai.js'
+import type { ConversationMessage } from '../../engine/types.js'
 import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
 import { crewsFile } from './fixtures/crews.js'
 import { parseCrews } from '../../engine/crews.js'
@@ -150,4 +152,42 @@ t.test('crew file validation', async t => {
   t.throws(() => parseCrews({ crews: [{ ...base, tools: [{ id: 't', description: 'd', parameters: {}, handler: 'shell' }], assistant: { provider: 'scripted' } }] }), /handler/)
   const ok = parseCrews({ crews: [{ ...base, assistant: { provider: 'scripted' } }] })
   t.equal(ok.get('x')!.name, 'X')
+})
+
+t.test('two tool calls in one reply, answered apart, with a user message between: what the API accepts', async t => {
+  const crew = parseCrews({
+    crews: [{ id: 'g', name: 'G', maxConcurrentSessions: 1, agents: ['a'], tools: [], assistant: { provider: 'openai', baseUrl: 'http://127.0.0.1:1/v1', model: 'm' } }],
+  }).get('g')!
+  const at = 0
+  const messages: ConversationMessage[] = [
+    { id: 'm1', author: 'user', text: 'look both up', source: 'user', at },
+    {
+      id: 'm2',
+      author: 'assistant',
+      text: '',
+      source: 'generated',
+      at,
+      toolCalls: [
+        { callId: 'c1', tool: 'crm_lookup', args: { customerId: '1' } },
+        { callId: 'c2', tool: 'crm_lookup', args: { customerId: '2' } },
+      ],
+    },
+    { id: 'm3', author: 'tool', text: '{"plan":"gold"}', source: 'tool', at, callId: 'c1', tool: 'crm_lookup' },
+    { id: 'm4', author: 'user', text: 'still there?', source: 'user', at },
+    { id: 'm5', author: 'tool', text: '{"plan":"basic"}', source: 'tool', at, callId: 'c2', tool: 'crm_lookup' },
+  ]
+  const request = { crew, agentId: 'a', turnId: 1, arguments: {}, messages, tools: [], signal: new AbortController().signal }
+  const chat = toChatMessages(request, crew.assistant as any)
+  t.same(
+    chat.slice(1).map((m: any) => [m.role, m.tool_call_id ?? m.tool_calls?.map((c: any) => c.id).join('+') ?? m.content]),
+    [['user', 'look both up'], ['assistant', 'c1+c2'], ['tool', 'c1'], ['tool', 'c2'], ['user', 'still there?']],
+    'both results right after the call, the later user message after them',
+  )
+  t.equal(invalid({ model: 'm', messages: chat }), null, 'the stand-in, which checks what the API checks, accepts it')
+
+  // While the second call is still out, only the answered one is sent back.
+  const pending = toChatMessages({ ...request, messages: messages.slice(0, 4) }, crew.assistant as any)
+  t.same(pending.slice(1).map((m: any) => m.role), ['user', 'assistant', 'tool', 'user'])
+  t.same((pending[2] as any).tool_calls.map((c: any) => c.id), ['c1'])
+  t.equal(invalid({ model: 'm', messages: pending }), null)
 })

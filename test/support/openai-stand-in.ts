@@ -22,7 +22,7 @@ function error(res: ServerResponse, status: number, message: string, type = 'inv
 }
 
 /** The validation the real API applies to the fields we send; returns a message or null. */
-function invalid(body: any): string | null {
+export function invalid(body: any): string | null {
   if (typeof body?.model !== 'string' || !body.model) return "you must provide a model parameter"
   if (!Array.isArray(body.messages) || body.messages.length === 0) return "'messages' must be a non-empty array"
   const open = new Set<string>()
