@@ -246,7 +246,7 @@ export class Ownership implements SessionLeases {
 
   token(sessionId: string): number | undefined {
     const lease = this.leases.get(sessionId)
-    if (!lease || Date.now() - lease.renewedAt >= this.timing.renewMs * 3) return undefined
+    if (!lease || this.lapsed(lease)) return undefined
     return lease.token
   }
 
@@ -257,7 +257,12 @@ export class Ownership implements SessionLeases {
     this.leases.delete(sessionId)
     // Lapsed (renewals did not get through in time) is not lost (a renewal found the entry
     // rewritten, which deletes the lease first): the entry may still be this node's.
-    if (lease && !this.stopped && Date.now() - lease.renewedAt >= this.timing.renewMs * 3) this.onLapsed(sessionId, accountId)
+    if (lease && !this.stopped && this.lapsed(lease)) this.onLapsed(sessionId, accountId)
+  }
+
+  /** Not renewed for 3 periods: no longer used (another node may take the session meanwhile). */
+  private lapsed(lease: Lease) {
+    return Date.now() - lease.renewedAt >= this.timing.renewMs * 3
   }
 
   // ------------------------------------------------------------ claims

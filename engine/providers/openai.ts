@@ -42,7 +42,7 @@ function resultsAfterTheirCalls(messages: ConversationMessage[]): ConversationMe
   for (const m of messages) {
     if (moved.has(m)) continue
     out.push(m)
-    for (const call of m.author === 'tool' ? [] : (m.toolCalls ?? [])) {
+    for (const call of m.toolCalls ?? []) {
       const result = results.get(call.callId)
       if (result && !moved.has(result)) {
         out.push(result)
