@@ -112,7 +112,9 @@ export class SessionStore {
       // Partial: a live session has no entry (no null key written with every new session).
       { name: 'destroyed_ttl', key: { destroyedAt: 1 }, expireAfterSeconds: 86_400, partialFilterExpression: { state: 'destroyed' } },
     ])
-    await this.store.ensureIndexes(SESSION_LOG, [{ name: 'session_seq', key: { sessionId: 1, seq: 1 }, unique: true }])
+    // Not unique: a log document's _id is `<sessionId>:<seq>`, so the primary key already refuses
+    // a second entry with the same number, and a unique check was a range read per entry written.
+    await this.store.ensureIndexes(SESSION_LOG, [{ name: 'session_seq', key: { sessionId: 1, seq: 1 } }])
   }
 
   async insert(session: NewSession, fence: Fence) {

@@ -798,6 +798,16 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
       else if (current.generation) for (const generation of new Set([0, current.generation - 1])) this.emptyInBackground(this.store.indexDb(this.name, spec.name, generation), spec.name)
       return
     }
+    if (current && !current.building && current.unique && sameDefinition({ ...current, unique: false }, wanted)) {
+      // Uniqueness dropped: a unique index's entries are the same (key, _id) entries, so only the
+      // declaration changes; nothing is rebuilt.
+      await this.write(() => {
+        const { unique: _, ...relaxed } = current
+        this.saveIndexes(this.store.declared(this.name).map(s => (s.name === spec.name ? relaxed : s)))
+      })
+      this.loadIndexes()
+      return
+    }
     const serving = current?.building ? current.previous : current
     if (serving && rebuildsOnline(serving, wanted) && this.docs.getCount() > WRITE_SLICE) {
       await this.redefineOnline(current!, serving, wanted)

@@ -628,3 +628,40 @@ t.test('another store on the same database (the apply thread, a second process) 
   t.equal(viaOther.length, pending, 'the other store reads through it too')
   await seed.close()
 })
+
+t.test('an index that stops being unique keeps its entries: only the declaration changes, and the other store follows', async t => {
+  const path = tempDir(t)
+  const unique = { name: 'session_seq', key: { sessionId: 1, seq: 1 } as Record<string, 1>, unique: true }
+  const seed = new LmdbStore({ path, sweepIntervalMs: 0 })
+  await seed.ensureIndexes('log', [unique])
+  const n = 20_000
+  await seed.collection('log').insertMany(Array.from({ length: n }, (_, i) => ({ _id: `s${i % 100}:${Math.floor(i / 100) + 1}`, sessionId: `s${i % 100}`, seq: Math.floor(i / 100) + 1 })))
+  await seed.close()
+
+  const store = new LmdbStore({ path, sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const other = new LmdbStore({ path, sweepIntervalMs: 0 })
+  t.teardown(() => other.close())
+  const theirs = other.collection('log')
+  await t.rejects(theirs.insertOne({ _id: 'x', sessionId: 's1', seq: 1 }), DuplicateKeyError, 'unique before')
+
+  // A rebuild rewrites every entry in one transaction: each of the index's pages copied and the
+  // old ones freed (a large collection's start would wait for it). Dropping uniqueness must not.
+  const pagesBefore = store.env.getStats() as { lastPageNumber: number }
+  await store.ensureIndexes('log', [{ name: unique.name, key: unique.key }])
+  const pagesAfter = store.env.getStats() as { lastPageNumber: number }
+  const indexPages = (store.servingIndexDb('log', unique.name).getStats() as { treeLeafPageCount: number }).treeLeafPageCount
+  t.ok(indexPages > 20, `the index spans ${indexPages} leaf pages`)
+  t.ok(pagesAfter.lastPageNumber - pagesBefore.lastPageNumber < 10, `pages written by the new declaration: ${pagesAfter.lastPageNumber - pagesBefore.lastPageNumber}`)
+  t.equal(store.servingIndexDb('log', unique.name).getCount(), n, 'every entry kept')
+
+  // Both stores: another document with the same values is taken now; queries still read the index in order.
+  await theirs.insertOne({ _id: 'x', sessionId: 's1', seq: 1 })
+  await store.collection('log').insertOne({ _id: 'y', sessionId: 's1', seq: 1 })
+  const reads = { ...store.reads }
+  const first = await store.collection('log').find({ sessionId: 's7' }, { sort: { seq: 1 }, limit: 3 })
+  t.same(first.map(d => d.seq), [1, 2, 3], 'in seq order (as numbers: 10 after 9)')
+  t.equal(store.reads.documents - reads.documents, 3, 'read through the index: three documents for limit 3')
+  t.same((await theirs.find({ sessionId: 's1', seq: 1 })).map(d => d._id).sort(), ['s1:1', 'x', 'y'])
+  await t.rejects(theirs.insertOne({ _id: 's1:1', sessionId: 's1', seq: 1 }), DuplicateKeyError, 'the primary key still refuses its own id')
+})
