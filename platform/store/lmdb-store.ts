@@ -611,15 +611,16 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     this.putDoc(doc, undefined)
   }
 
-  private updateDocSync(doc: T, update: Update): boolean {
+  /** Writes `update` applied to `doc`; answers the document written, or undefined when nothing changed. */
+  private updateDocSync(doc: T, update: Update): T | undefined {
     const [next, changed] = updatedCopy(doc, withoutSetOnInsert(update))
-    if (!changed) return false
+    if (!changed) return undefined
     // Only the indexes on a path the update writes, and whose values it changed, get new entries:
     // the others keep theirs (no key encoding, no unique check, no diff). Most updates need none.
     const touched = this.indexesTouchedBy(update).filter(index => !sameIndexedValues(doc, next, index.watched))
     if (touched.length === 0) this.putDocument(next)
     else this.putDoc(next, doc, touched)
-    return true
+    return next
   }
 
   /** The indexes with a field that a path the update writes is, contains or lies inside (all of them for an update it cannot read). */
@@ -637,11 +638,12 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     return touched
   }
 
-  private updateOneSync(filter: Filter, update: Update, options: { upsert?: boolean; sort?: Sort } = {}): UpdateResult & { doc?: T; before?: T } {
+  private updateOneSync(filter: Filter, update: Update, options: { upsert?: boolean; sort?: Sort } = {}): UpdateResult & { after?: T; before?: T } {
     const [doc] = this.matching(filter, { limit: 1, sort: options.sort })
     if (doc) {
       // updatedCopy() leaves `doc` as read: it is the document before the update.
-      return { matchedCount: 1, modifiedCount: this.updateDocSync(doc, update) ? 1 : 0, upsertedId: null, before: doc }
+      const written = this.updateDocSync(doc, update)
+      return { matchedCount: 1, modifiedCount: written ? 1 : 0, upsertedId: null, before: doc, after: written ?? doc }
     }
     if (options.upsert) {
       const created = upsertDocument(filter, update) as T
@@ -725,6 +727,9 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     return this.write(() => {
       const result = this.updateOneSync(f, u, options)
       if (options.returnDocument === 'before') return result.before ?? null
+      // The document as written, not read back (a claim of the dialer's is one of these), except
+      // where a read gives something else: JSON text turns Dates into strings; an upsert.
+      if (result.after && !this.json) return result.after
       const id = result.before?._id ?? result.upsertedId
       return id ? (this.docs.get(id) ?? null) : null
     })

@@ -504,6 +504,12 @@ for (const kind of ['memory', 'lmdb', 'lmdb-thread', 'mongo'] as const) {
       t.equal(after!.custom.tier, 'bronze')
       t.ok(after!.custom.seen instanceof Date && after!.custom.seen.getTime() === at1.getTime(), 'a Date beside a nested write stays a Date')
       t.equal(await c.countDocuments({ 'custom.tier': 'bronze' }), 1)
+      const stored = await c.findOne({ _id: 'c' })
+      t.same(after, stored, "'after' is the document as stored")
+      after!.custom.tier = 'changed by the caller'
+      after!.addresses[0].address = '999'
+      after!.counts['200'] = 0
+      t.same(await c.findOne({ _id: 'c' }), stored, "the document 'after' answers is the caller's own: changing it, nested values included, changes nothing stored")
     })
 
     t.test('findOneAndUpdate: the exactly-once chunk count (operations.countChunk)', async t => {
