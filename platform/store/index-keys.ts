@@ -52,7 +52,9 @@ function rankOf(value: unknown): number {
 function payloadOf(value: unknown, rank: number): KeyPart {
   switch (rank) {
     case RANK.number:
-      return typeof value === 'bigint' ? Number(value) : Number.isNaN(value) ? -Infinity : (value as number)
+      // -0 is 0 (mongod indexes them as one value); lmdb-js's key encoding also cannot write -0:
+      // the key came back garbled and an update could not take it out again.
+      return typeof value === 'bigint' ? Number(value) : Number.isNaN(value) ? -Infinity : (value as number) === 0 ? 0 : (value as number)
     case RANK.string:
       return (value as string).length > MAX_KEY_STRING ? (value as string).slice(0, MAX_KEY_STRING) : (value as string)
     case RANK.boolean:
