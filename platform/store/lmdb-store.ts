@@ -1013,19 +1013,43 @@ function onPath(path: string, field: string): boolean {
 /** Whether two versions of a document hold exactly the same values on these fields (so the same index entries). */
 function sameIndexedValues(a: Doc, b: Doc, fields: string[]): boolean {
   for (const field of fields) {
-    if (!field.includes('.')) {
-      // A top-level primitive or Date (most indexed fields): compared as is, without gathering path values.
-      const x = a[field]
-      const y = b[field]
-      if (x === y && (x === null || typeof x !== 'object')) continue
-      if (x instanceof Date && y instanceof Date) {
-        if (Object.is(x.getTime(), y.getTime())) continue
+    // Most indexed values are a primitive or a Date with no array on the way: compared as they
+    // are (every update of an indexed field comes here, and most change it: a claim's state).
+    const x = plainValueAt(a, field)
+    const y = plainValueAt(b, field)
+    if (x !== NOT_PLAIN && y !== NOT_PLAIN) {
+      if (x instanceof Date || y instanceof Date) {
+        if (x instanceof Date && y instanceof Date && Object.is(x.getTime(), y.getTime())) continue
         return false
       }
+      if (Object.is(x, y)) continue
+      return false
     }
     if (!isDeepStrictEqual(pathValues(a, field).values, pathValues(b, field).values)) return false
   }
   return true
+}
+
+const NOT_PLAIN = Symbol('not plain')
+
+/**
+ * The one value pathValues() gives for a path (null when something other than an embedded
+ * document lies on the way, undefined when the last part is missing), or NOT_PLAIN when an array
+ * lies on the way or the value is an embedded document or an array: compared by pathValues().
+ */
+function plainValueAt(doc: Doc, path: string): unknown {
+  let value: any = doc
+  let start = 0
+  for (;;) {
+    const dot = path.indexOf('.', start)
+    value = value[dot < 0 ? (start === 0 ? path : path.slice(start)) : path.slice(start, dot)]
+    if (dot < 0) break
+    if (Array.isArray(value)) return NOT_PLAIN
+    if (value === null || value === undefined || typeof value !== 'object' || value instanceof Date) return null
+    start = dot + 1
+  }
+  if (value !== null && typeof value === 'object' && !(value instanceof Date)) return NOT_PLAIN
+  return value
 }
 
 /** Whether two documents share a full (uncut) value tuple on these fields. */
