@@ -106,6 +106,29 @@ export function pathValues(doc: Record<string, any>, path: string): { values: un
   return { values: out, multi }
 }
 
+export const NOT_PLAIN = Symbol('not plain')
+
+/**
+ * The one value pathValues() gives for a path (null when something other than an embedded
+ * document lies on the way, undefined when the last part is missing), or NOT_PLAIN when an array
+ * lies on the way or the value is an embedded document or an array (pathValues() then says what
+ * the index holds). Allocates nothing for a top-level field: every write comes here.
+ */
+export function plainValueAt(doc: Record<string, any>, path: string): unknown {
+  let value: any = doc
+  let start = 0
+  for (;;) {
+    const dot = path.indexOf('.', start)
+    value = value[dot < 0 ? (start === 0 ? path : path.slice(start)) : path.slice(start, dot)]
+    if (dot < 0) break
+    if (Array.isArray(value)) return NOT_PLAIN
+    if (value === null || value === undefined || typeof value !== 'object' || value instanceof Date) return null
+    start = dot + 1
+  }
+  if (value !== null && typeof value === 'object' && !(value instanceof Date)) return NOT_PLAIN
+  return value
+}
+
 /** Most entries one document may put in one index (parallel arrays multiply). */
 const MAX_ENTRIES_PER_DOC = 1000
 
@@ -118,11 +141,12 @@ export class IndexKeyError extends Error {
  * whether any indexed path held an array.
  */
 export function documentKeys(doc: Record<string, any>, fields: string[]): { keys: KeyPart[][]; multi: boolean } {
-  // Most documents hold a plain value at every indexed top-level field: one key, built directly.
+  // Most documents hold a plain value at every indexed path (a session's deadlines.idle too): one
+  // key, built directly.
   const key: KeyPart[] = []
   for (const field of fields) {
-    const value = doc[field]
-    if (Array.isArray(value) || field.includes('.')) return everyKey(doc, fields)
+    const value = plainValueAt(doc, field)
+    if (value === NOT_PLAIN) return everyKey(doc, fields)
     // Rank and payload pushed as they are: no [rank, payload] pair per field (every write builds these keys).
     const rank = rankOf(value)
     key.push(rank, payloadOf(value, rank))

@@ -58,7 +58,7 @@ import { type Clock, systemClock } from '../clock.js'
 import type { Logger } from '../logger.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, projectDocs, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
-import { documentKeys, encodeValue, KEY_MAX, mayBeCut, partId, pathValues, RANK, sameKey, type KeyPart } from './index-keys.js'
+import { documentKeys, encodeValue, KEY_MAX, mayBeCut, NOT_PLAIN, partId, pathValues, plainValueAt, RANK, sameKey, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
 import { WriteHolds } from './write-holds.js'
 import { countByPipeline, countPlan, countRowsOf, keyValue, type CountRow, type CountValue } from './counted-index.js'
@@ -1028,28 +1028,6 @@ function sameIndexedValues(a: Doc, b: Doc, fields: string[]): boolean {
     if (!isDeepStrictEqual(pathValues(a, field).values, pathValues(b, field).values)) return false
   }
   return true
-}
-
-const NOT_PLAIN = Symbol('not plain')
-
-/**
- * The one value pathValues() gives for a path (null when something other than an embedded
- * document lies on the way, undefined when the last part is missing), or NOT_PLAIN when an array
- * lies on the way or the value is an embedded document or an array: compared by pathValues().
- */
-function plainValueAt(doc: Doc, path: string): unknown {
-  let value: any = doc
-  let start = 0
-  for (;;) {
-    const dot = path.indexOf('.', start)
-    value = value[dot < 0 ? (start === 0 ? path : path.slice(start)) : path.slice(start, dot)]
-    if (dot < 0) break
-    if (Array.isArray(value)) return NOT_PLAIN
-    if (value === null || value === undefined || typeof value !== 'object' || value instanceof Date) return null
-    start = dot + 1
-  }
-  if (value !== null && typeof value === 'object' && !(value instanceof Date)) return NOT_PLAIN
-  return value
 }
 
 /** Whether two documents share a full (uncut) value tuple on these fields. */
