@@ -386,13 +386,16 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
         const doc = this.docs.get(id)
         this.store.reads.documents++
         if (!doc) continue
-        const cut = chosen.ordered && positions.some(p => mayBeCut([key[p] as number, key[p + 1]!]))
-        if (!cut) {
+        // The first sort field whose string may be cut: the key orders its entries by what
+        // follows it (a later sort field, the _id) where only the full value can.
+        const cutAt = chosen.ordered ? positions.findIndex(p => mayBeCut([key[p] as number, key[p + 1]!])) : -1
+        if (cutAt < 0) {
           yield* flush()
           yield doc
           continue
         }
-        const tie = partId(positions.flatMap(p => [key[p]!, key[p + 1]!]))
+        // Entries tie when their keys agree up to that field (such entries are consecutive).
+        const tie = partId(positions.slice(0, cutAt + 1).flatMap(p => [key[p]!, key[p + 1]!]))
         if (group.length > 0 && group[0]!.tie !== tie) yield* flush()
         group.push({ doc, tie })
       }
