@@ -1,6 +1,7 @@
 // The in-process event log: a ring per session bounded by count, bytes and age; what it keeps of
 // an event is its serialised SSE lines (the same bytes every stream was sent).
 import t from 'tap'
+import fc from 'fast-check'
 import { bodyOf, MemoryEventLog, type StreamEvent } from '../../engine/event-log.js'
 import { eventBody } from '../../gateway/sse.js'
 
@@ -46,4 +47,48 @@ t.test('an event is serialised once: the ring keeps the bytes the streams were s
   t.equal(bodyOf(kept as any), body, 'read back, it is not serialised again')
   log.forget('s')
   t.same(await log.read('s', 0), [])
+})
+
+t.test('property: after any appends, reads and waits, a read gives exactly the newest events the bounds allow now, after the reader\'s position', async t => {
+  // The ring trims when touched, with the time of that touch. Count and bytes only grow with more
+  // events and age only with time, so what it keeps is always the longest run of newest events
+  // within all three bounds at the time of the read (the newest event always).
+  const step = fc.oneof(
+    fc.record({ append: fc.integer({ min: 0, max: 400 }) }),
+    fc.record({ wait: fc.integer({ min: 0, max: 40_000 }) }),
+    fc.record({ read: fc.integer({ min: 0, max: 60 }) }),
+  )
+  fc.assert(
+    fc.asyncProperty(fc.integer({ min: 1, max: 12 }), fc.integer({ min: 200, max: 3000 }), fc.integer({ min: 1000, max: 60_000 }), fc.array(step, { maxLength: 60 }), async (events, bytes, maxAgeMs, steps) => {
+      let now = 5_000_000
+      const log = new MemoryEventLog({ events, bytes, maxAgeMs }, () => now)
+      const appended: { seq: number; at: number; size: number }[] = []
+      const check = async (after: number) => {
+        const got = (await log.read('s', after)).map(e => e.seq)
+        // The model: from the newest back, while count, bytes and age allow.
+        const kept: number[] = []
+        let used = 0
+        for (let i = appended.length - 1; i >= 0; i--) {
+          const e = appended[i]!
+          const first = kept.length === 0
+          if (!first && (kept.length + 1 > events || used + e.size > bytes || e.at < now - maxAgeMs)) break
+          kept.unshift(e.seq)
+          used += e.size
+        }
+        const want = kept.filter(seq => seq > after)
+        if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`read after ${after}: ${JSON.stringify(got)} != ${JSON.stringify(want)} (${JSON.stringify({ events, bytes, maxAgeMs, steps })})`)
+      }
+      for (const s of steps) {
+        if ('append' in s) {
+          const e = event(appended.length + 1, 'y'.repeat(s.append))
+          log.append('s', e)
+          appended.push({ seq: appended.length + 1, at: now, size: bodyOf(e as any).length + 64 })
+        } else if ('wait' in s) now += s.wait
+        else await check(s.read)
+      }
+      await check(0)
+    }),
+    { numRuns: 500 },
+  )
+  t.pass('every read matched the model')
 })
