@@ -199,6 +199,29 @@ export class SessionHost {
   }
 
   private async start(request: CreateSessionRequest, crew: Crew, listener: TransportListener): Promise<Subscription> {
+    const id = request.sessionId
+    // A request for this id that came before the session existed is still reading the store (it
+    // finds nothing). From here until the session is live, a request for it waits for it (restore
+    // finds this promise) instead of restoring a second copy from the half-written store: that
+    // copy answered an empty history, and its idle timer, never pushed by the real session's
+    // activity, ended the session while the user was talking. A dialer attempt's id is its
+    // session's id and is visible as soon as the attempt is recorded: it can be asked for early.
+    await this.loading.get(id)?.catch(() => null)
+    let live: LiveSession | null = null
+    let opened!: () => void
+    const creating = new Promise<LiveSession | null>(resolve => (opened = () => resolve(live)))
+    this.loading.set(id, creating)
+    try {
+      live = await this.open(request, crew, listener)
+      return { unsubscribe: () => live!.listeners.delete(listener) }
+    } finally {
+      opened()
+      if (this.loading.get(id) === creating) this.loading.delete(id)
+    }
+  }
+
+  /** Writes the new session and makes it live here, with its opening entries and events. */
+  private async open(request: CreateSessionRequest, crew: Crew, listener: TransportListener): Promise<LiveSession> {
     const at = this.now
     const input: SessionInput = {
       sessionId: request.sessionId,
@@ -239,7 +262,7 @@ export class SessionHost {
     for (const event of opening.publish) this.emit(live, { kind: 'event', ...event })
     actor.start()
     this.afterEvent(live)
-    return { unsubscribe: () => live.listeners.delete(listener) }
+    return live
   }
 
   /**
