@@ -6,12 +6,10 @@
 // the same documents in the same order, and the same counts.
 import t from 'tap'
 import fc from 'fast-check'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { LmdbStore } from '../../platform/store/lmdb-store.js'
-import { MemoryStore } from '../../platform/store/memory-store.js'
+import type { LmdbStore } from '../../platform/store/lmdb-store.js'
+import type { MemoryStore } from '../../platform/store/memory-store.js'
 import type { Doc, Filter, IndexSpec, Sort } from '../../platform/store/types.js'
+import { storePair } from '../support/store-pair.js'
 
 const INDEXES: IndexSpec[] = [
   { name: 'batch_state_rank', key: { batchId: 1, state: 1, rank: 1, _id: 1 } },
@@ -57,17 +55,8 @@ const sort = fc.constantFrom<Sort | undefined>(undefined, { rank: 1, _id: 1 }, {
 const limit = fc.option(fc.integer({ min: 1, max: 5 }), { nil: undefined })
 
 t.test('any query answers on the embedded store what a scan of every document answers', async t => {
-  const dir = mkdtempSync(join(tmpdir(), 'sb-plans-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  const lmdb = new LmdbStore({ path: dir, sweepIntervalMs: 0 })
-  const memory = new MemoryStore(undefined, 0)
-  t.teardown(async () => {
-    await lmdb.close()
-    await memory.close()
-  })
   const name = 'plans'
-  await lmdb.ensureIndexes(name, INDEXES)
-  await memory.ensureIndexes(name, INDEXES.filter(i => !i.counted))
+  const { lmdb, memory } = await storePair(t, name, INDEXES)
   await fc.assert(
     fc.asyncProperty(fc.array(doc, { minLength: 1, maxLength: 40 }), fc.array(fc.tuple(filter, sort, limit), { minLength: 1, maxLength: 10 }), async (docs, queries) => {
       await lmdb.collection(name).deleteMany({})
@@ -111,11 +100,7 @@ t.test('any query answers on the embedded store what a scan of every document an
 t.test('a sort on strings longer than what an index key keeps: the full values order the documents, not the _id after the cut', async t => {
   // Found by the property above: both names keep the same 100 characters in the key, and the
   // entries came in _id order (the index's next field) instead of the names' order.
-  const dir = mkdtempSync(join(tmpdir(), 'sb-plans-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  const lmdb = new LmdbStore({ path: dir, sweepIntervalMs: 0 })
-  t.teardown(() => lmdb.close())
-  await lmdb.ensureIndexes('c', [{ name: 'name', key: { name: 1, _id: 1 } }])
+  const { lmdb } = await storePair(t, 'c', [{ name: 'name', key: { name: 1, _id: 1 } }])
   const c = lmdb.collection('c')
   await c.insertMany([
     { _id: 'a', name: `${LONG}2` },

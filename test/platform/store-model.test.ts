@@ -6,12 +6,8 @@
 // its documents in a Map and answers by scanning with mingo: it shares no index code with LMDB.
 import t from 'tap'
 import fc from 'fast-check'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { LmdbStore } from '../../platform/store/lmdb-store.js'
-import { MemoryStore } from '../../platform/store/memory-store.js'
 import { DuplicateKeyError, type Collection, type Filter, type IndexSpec } from '../../platform/store/types.js'
+import { storePair } from '../support/store-pair.js'
 
 const INDEXES: IndexSpec[] = [
   { name: 'code_unique', key: { batch: 1, code: 1 }, unique: true },
@@ -87,16 +83,7 @@ async function outcome(run: () => Promise<unknown>): Promise<string> {
 }
 
 t.test('write by write, the embedded store answers and holds what the in-memory store does', async t => {
-  const dir = mkdtempSync(join(tmpdir(), 'sb-model-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  const lmdb = new LmdbStore({ path: dir, sweepIntervalMs: 0 })
-  const memory = new MemoryStore(undefined, 0)
-  t.teardown(async () => {
-    await lmdb.close()
-    await memory.close()
-  })
-  await lmdb.ensureIndexes('m', INDEXES)
-  await memory.ensureIndexes('m', INDEXES.filter(i => !i.counted))
+  const { lmdb, memory } = await storePair(t, 'm', INDEXES)
   const [l, m] = [lmdb.collection('m'), memory.collection('m')]
   let operations = 0
   await fc.assert(
