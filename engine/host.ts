@@ -207,16 +207,14 @@ export class SessionHost {
     // activity, ended the session while the user was talking. A dialer attempt's id is its
     // session's id and is visible as soon as the attempt is recorded: it can be asked for early.
     await this.loading.get(id)?.catch(() => null)
-    let live: LiveSession | null = null
-    let opened!: () => void
-    const creating = new Promise<LiveSession | null>(resolve => (opened = () => resolve(live)))
-    this.loading.set(id, creating)
+    const opening = this.open(request, crew, listener)
+    const waiting = opening.catch(() => null) // a creation that failed: the waiting request finds nothing
+    this.loading.set(id, waiting)
     try {
-      live = await this.open(request, crew, listener)
-      return { unsubscribe: () => live!.listeners.delete(listener) }
+      const live = await opening
+      return { unsubscribe: () => live.listeners.delete(listener) }
     } finally {
-      opened()
-      if (this.loading.get(id) === creating) this.loading.delete(id)
+      if (this.loading.get(id) === waiting) this.loading.delete(id)
     }
   }
 
