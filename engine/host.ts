@@ -237,6 +237,7 @@ export class SessionHost {
       consumerId: request.consumerId,
     }
     const opening = openingOf(input)
+    const snapshot = this.openingSnapshot(opening.context)
     await this.store.insert(
       {
         sessionId: request.sessionId,
@@ -246,8 +247,9 @@ export class SessionHost {
         consumerId: request.consumerId,
         idleDeadline: opening.context.idleDeadline,
         at,
-        snapshot: this.openingSnapshot(opening.context),
+        snapshot,
         logPosition: opening.context.seq,
+        eventSeq: 1 + opening.publish.length,
       },
       this.fenceOf(request.sessionId),
     )
@@ -256,6 +258,10 @@ export class SessionHost {
     live.listeners.add(listener)
     live.writer.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: input.agentId, startTime: at })
     for (const entry of opening.log) live.writer.append(entry)
+    // The document just inserted holds the opening snapshot: unless the session moves on before
+    // the write-behind runs, it is not written a second time (one that could not be encoded is
+    // tried again there, and reported as any unencodable state is).
+    if (snapshot !== null) live.writer.snapshotStored()
     this.emit(live, { kind: 'event', name: 'Initialized', data: { sessionId: request.sessionId, consumerId: request.consumerId } })
     for (const event of opening.publish) this.emit(live, { kind: 'event', ...event })
     actor.start()

@@ -57,6 +57,8 @@ export interface NewSession {
   snapshot: string | null
   /** The history seq that snapshot covers (the opening's entries). */
   logPosition: number
+  /** Events the opening publishes (`Initialized` and the opening's own): the floor of a restore's numbering. */
+  eventSeq: number
 }
 
 /** What the host writes after a turn: the actor's persisted snapshot and what it points at. */
@@ -126,6 +128,7 @@ export class SessionStore {
       agentId: session.agentId,
       snapshot: session.snapshot,
       logPosition: session.logPosition,
+      eventSeq: session.eventSeq,
       consumers: [session.consumerId],
       deadlines: { idle: session.idleDeadline, tools: [] },
       createdAt: new Date(session.at),

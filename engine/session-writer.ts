@@ -196,6 +196,8 @@ export class SessionWriter {
   private taken: HistoryEntry[] = []
   /** entriesWritten() callers, by the history seq they wait for. */
   private seqWaiters: { seq: number; resolve: () => void }[] = []
+  /** The changes (asked) the stored document already holds: the session's insert carried its snapshot. */
+  private storedUpTo = -1
   private attempts = 0
   private retry: NodeJS.Timeout | null = null
   private givenUp = false
@@ -221,6 +223,15 @@ export class SessionWriter {
     this.snapshotWanted = true
     if (this.retry) return // a back-off is running: the retry takes this change too
     this.owner.mark(this)
+  }
+
+  /**
+   * The store already holds the snapshot as of every change asked for so far (the new session's
+   * document was inserted with it): the next batch writes the entries, and the snapshot only if
+   * the session changed since.
+   */
+  snapshotStored() {
+    this.storedUpTo = this.asked
   }
 
   /** The session is between turns again: a snapshot skipped during the reply is written now. */
@@ -318,6 +329,13 @@ export class SessionWriter {
       return 'busy'
     }
     if (!this.snapshotWanted || session.finished()) return 'skipped'
+    if (this.storedUpTo === this.asked) {
+      // Nothing changed since the insert. Any change since, even one whose entries a later batch
+      // takes, moved `asked`, and the snapshot below then includes it. The record's counters still go now.
+      this.snapshotWanted = false
+      this.records.flushCounts()
+      return 'written'
+    }
     const snapshot = encode(() => session.snapshot())
     if (!snapshot) {
       this.snapshotDue = true

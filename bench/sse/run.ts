@@ -401,7 +401,7 @@ interface TargetRun {
   sessions: number
   rates: RateResult[]
   capacity: number
-  hold: { streams: number; openPerSecond: number; rssPerSessionKiB: number; heapPerSessionKiB: number; justOpened: { rssPerSessionKiB: number; heapPerSessionKiB: number } }
+  hold: { streams: number; openPerSecond: number; cpuMsPerOpen: number; rssPerSessionKiB: number; heapPerSessionKiB: number; justOpened: { rssPerSessionKiB: number; heapPerSessionKiB: number } }
 }
 
 async function runTarget(target: string, run: number): Promise<TargetRun> {
@@ -425,12 +425,13 @@ async function runTarget(target: string, run: number): Promise<TargetRun> {
     load.close()
     // Held streams: RSS per session at HOLD open streams (the sessions above are idle now).
     const beforeHold = await server.memory()
-    // BENCH_PROFILE: the opening is a profiled window of its own (the server's next <mode>-<n> files).
-    if (process.env.BENCH_PROFILE) await server.reset()
+    // The opening is a measured window of its own: the server's CPU per open, steadier than the
+    // rate on a shared machine (BENCH_PROFILE: profiled, the server's next <mode>-<n> files).
+    await server.reset()
     const t0 = performance.now()
     await openStreams(server.port, server.key, Math.max(0, HOLD - streams.length), streams)
     const openSeconds = (performance.now() - t0) / 1000
-    if (process.env.BENCH_PROFILE) await server.stats()
+    const opening = await server.stats()
     const justOpened = await server.memory()
     // Held: open and quiet for a while (quiet sessions hibernate after ENGINE_HIBERNATE_AFTER_MS, 10 s).
     await new Promise(r => setTimeout(r, HOLD_SETTLE_MS))
@@ -439,13 +440,14 @@ async function runTarget(target: string, run: number): Promise<TargetRun> {
     const hold = {
       streams: streams.length,
       openPerSecond: added / openSeconds,
+      cpuMsPerOpen: opening.cpuMs / added,
       // The marginal cost of a held session (streams opened in this phase only, after GC on both ends).
       rssPerSessionKiB: (afterHold.rss - beforeHold.rss) / added / 1024,
       heapPerSessionKiB: (afterHold.heapUsed - beforeHold.heapUsed) / added / 1024,
       justOpened: { rssPerSessionKiB: (justOpened.rss - beforeHold.rss) / added / 1024, heapPerSessionKiB: (justOpened.heapUsed - beforeHold.heapUsed) / added / 1024 },
     }
     console.error(
-      `   ${target} run ${run}: ${hold.streams} held, ${hold.openPerSecond.toFixed(0)} opened/s; per session after ${HOLD_SETTLE_MS / 1000} s: ${hold.rssPerSessionKiB.toFixed(1)} KiB RSS, ${hold.heapPerSessionKiB.toFixed(1)} KiB heap` +
+      `   ${target} run ${run}: ${hold.streams} held, ${hold.openPerSecond.toFixed(0)} opened/s (server CPU ${hold.cpuMsPerOpen.toFixed(3)} ms per open); per session after ${HOLD_SETTLE_MS / 1000} s: ${hold.rssPerSessionKiB.toFixed(1)} KiB RSS, ${hold.heapPerSessionKiB.toFixed(1)} KiB heap` +
         ` (just opened: ${hold.justOpened.rssPerSessionKiB.toFixed(1)} / ${hold.justOpened.heapPerSessionKiB.toFixed(1)})`,
     )
     for (const s of streams) s.socket.destroy()
@@ -502,6 +504,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       hold: {
         streams: median(mine.map(r => r.hold.streams)),
         openPerSecond: median(mine.map(r => r.hold.openPerSecond)),
+        cpuMsPerOpen: median(mine.map(r => r.hold.cpuMsPerOpen)),
         rssPerSessionKiB: median(mine.map(r => r.hold.rssPerSessionKiB)),
         heapPerSessionKiB: median(mine.map(r => r.hold.heapPerSessionKiB)),
       },
@@ -519,7 +522,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   for (const row of rows) console.log(row.map((c, i) => c.padEnd(widths[i]!)).join('  '))
   for (const target of TARGETS) {
     const h = summary[target].hold
-    console.log(`${target}: capacity (p99 < 10 ms) ${summary[target].capacity} msg/s; ${h.streams} held streams: ${f(h.openPerSecond, 0)} opened/s, ${f(h.rssPerSessionKiB, 1)} KiB RSS/session, ${f(h.heapPerSessionKiB, 1)} KiB heap/session`)
+    console.log(`${target}: capacity (p99 < 10 ms) ${summary[target].capacity} msg/s; ${h.streams} held streams: ${f(h.openPerSecond, 0)} opened/s (${f(h.cpuMsPerOpen, 3)} ms CPU each), ${f(h.rssPerSessionKiB, 1)} KiB RSS/session, ${f(h.heapPerSessionKiB, 1)} KiB heap/session`)
   }
   let ratio: Record<string, unknown> | null = null
   if (sb && base) {
@@ -528,6 +531,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       cpuPerMessage: sb.rates.map((r: any, i: number) => ({ rate: r.rate, ratio: r.cpuMsPerMessage / base.rates[i].cpuMsPerMessage })),
       capacity: sb.capacity / base.capacity,
       openRate: sb.hold.openPerSecond / base.hold.openPerSecond,
+      cpuPerOpen: sb.hold.cpuMsPerOpen / base.hold.cpuMsPerOpen,
       rssPerSession: sb.hold.rssPerSessionKiB / base.hold.rssPerSessionKiB,
     }
     console.log(`switchboard / ${BASELINE}: ${JSON.stringify(ratio, (_k, v) => (typeof v === 'number' ? Number(v.toFixed(2)) : v))}`)

@@ -208,3 +208,57 @@ t.test('a message waits for its own history entry: a failed snapshot of an earli
   t.notOk(writer.holdsUpTo(2), 'it was written')
   t.same((await store.entriesAfter(SESSION, 0)).map(e => e.seq), [1, 2])
 })
+
+t.test('a new session`s document is written once: its opening snapshot is not written again, a change right after opening is', async t => {
+  const { WriteBehind } = await import('../../engine/session-writer.js')
+  const { SessionStore } = await import('../../engine/session-store.js')
+  const store = new SessionStore(new MemoryStore())
+  const written: string[] = []
+  store.writeSnapshot = async (_id, write) => {
+    written.push(write.snapshot)
+    return true
+  }
+  // The first batch's log insert is held, so a change can come while that batch is in flight.
+  let releaseInsert!: () => void
+  const insertHeld = new Promise<void>(resolve => (releaseInsert = resolve))
+  let inserts = 0
+  const insertLogDocs = store.insertLogDocs.bind(store)
+  store.insertLogDocs = async docs => {
+    if (++inserts === 1) await insertHeld
+    return insertLogDocs(docs)
+  }
+  const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), fenced: false, stopping: () => false })
+  let state = 'opening'
+  const session = { id: SESSION, finished: () => false, snapshot: () => ({ state: 'active', agentId: 'a', snapshot: state, logPosition: 0, eventSeq: 0, deadlines: { idle: 0, tools: [] }, updatedAt: 0 }) as any, fence: () => undefined, lost: () => {} }
+  let counted = 0
+  const records = { note: () => {}, flushCounts: () => void counted++, written: async () => {} } as any
+
+  // Opened alone: the entries are written, the snapshot is not (the insert carried it).
+  const alone = writeBehind.writer({ ...session, id: 'alone' }, records)
+  alone.append({ seq: 1, at: 1, type: 'session.created' })
+  alone.snapshotStored()
+  releaseInsert()
+  await alone.flushed()
+  t.same(written, [], 'no second write of the opening snapshot')
+  t.equal(counted, 1, 'the record`s counters are still written with the batch')
+  t.ok(alone.quiet(), 'nothing left to write: the session may hibernate')
+
+  // A change while the opening's batch is being written: its snapshot is written, once.
+  inserts = 0
+  let releaseAgain!: () => void
+  const heldAgain = new Promise<void>(resolve => (releaseAgain = resolve))
+  store.insertLogDocs = async docs => {
+    if (++inserts === 1) await heldAgain
+    return insertLogDocs(docs)
+  }
+  const writer = writeBehind.writer(session, records)
+  writer.append({ seq: 1, at: 1, type: 'session.created' })
+  writer.snapshotStored()
+  for (let i = 0; i < 50 && inserts < 1; i++) await sleep(5)
+  state = 'paused'
+  writer.append({ seq: 2, at: 2, type: 'session.paused' })
+  releaseAgain()
+  await writer.flushed()
+  t.same(written, ['paused'], 'the change is written')
+  t.same((await store.entriesAfter(SESSION, 0)).map(e => e.seq), [1, 2])
+})
