@@ -10,8 +10,12 @@ export interface RequestHead {
   query: URLSearchParams
   headers: Record<string, string>
   params: Record<string, string>
-  /** The client's address (the peer, or the forwarded client when the peer is a trusted proxy). */
-  remoteAddress: string
+  /**
+   * The client's address (the peer, or the forwarded client when the peer is a trusted proxy).
+   * Read when first asked for: uWS asks the kernel (getpeername) each time, ~6 µs, and most
+   * requests never need it. Empty when asked after the client went away.
+   */
+  readonly remoteAddress: string
   /** Set when the head cannot be served (bad percent-encoding, ambiguous framing): answered before auth. */
   problem?: ApiError
   /** The connection cannot be trusted to carry another request (ambiguous body framing). */
@@ -90,20 +94,28 @@ export function readHead(req: HttpRequest, res: HttpResponse, names: string[], l
   if (!problem && tryDecode(url) === undefined) problem = invalidUrlEncoding('path')
   // URLSearchParams silently turns a bad escape into U+FFFD; a client that sent one gets told.
   if (!problem && tryDecode(rawQuery.replace(/\+/g, ' ')) === undefined) problem = invalidUrlEncoding('query string')
+  let remoteAddress: string | undefined
   return {
     method: req.getMethod(),
     url,
     query: new URLSearchParams(rawQuery),
     headers,
     params,
-    remoteAddress: clientAddress(res, headers, limits.trustedProxies),
+    get remoteAddress() {
+      return (remoteAddress ??= clientAddress(res, headers, limits.trustedProxies))
+    },
     ...(problem ? { problem, closeConnection } : {}),
   }
 }
 
 /** The peer's address; behind a trusted proxy, the nearest X-Forwarded-For hop that is not one. */
 function clientAddress(res: HttpResponse, headers: Record<string, string>, trustedProxies: ReadonlySet<string>): string {
-  const peer = decoder.decode(res.getRemoteAddressAsText())
+  let peer: string
+  try {
+    peer = decoder.decode(res.getRemoteAddressAsText())
+  } catch {
+    return '' // the response is gone (aborted): uWS refuses any call on it
+  }
   if (!trustedProxies.has(peer) || !headers['x-forwarded-for']) return peer
   const hops = headers['x-forwarded-for'].split(',').map(h => h.trim()).filter(Boolean)
   for (let i = hops.length - 1; i >= 0; i--) if (!trustedProxies.has(hops[i]!)) return hops[i]!.slice(0, 64)

@@ -202,7 +202,8 @@ export class Gateway {
   private async authorize(route: Route, head: RequestHead): Promise<Principal> {
     if (route.role === null) return ANONYMOUS
     const { authThrottle } = this.options
-    const retryAfter = authThrottle.retryAfterSeconds(head.remoteAddress)
+    // No address failed lately (the usual case): this one's need not be read.
+    const retryAfter = authThrottle.trackedAddresses > 0 ? authThrottle.retryAfterSeconds(head.remoteAddress) : 0
     if (retryAfter > 0) {
       throw new ApiError(
         429,
@@ -215,7 +216,8 @@ export class Gateway {
     const presented = head.headers['apikey']
     const principal = await this.options.keys.authenticate(presented)
     if (!principal) {
-      if (presented) authThrottle.recordFailure(head.remoteAddress)
+      // An address reads empty once the client went away: it learns nothing, nothing to count.
+      if (presented && head.remoteAddress) authThrottle.recordFailure(head.remoteAddress)
       throw new ApiError(401, 'UNAUTHORIZED', 'A valid apikey header is required')
     }
     if (!principal.roles.has(route.role)) {
