@@ -237,7 +237,9 @@ export class SessionHost {
       consumerId: request.consumerId,
     }
     const opening = openingOf(input)
-    const snapshot = this.openingSnapshot(opening.context)
+    // Created, not started: nothing runs before the document is written.
+    const actor = createActor(this.machine, { input: { context: opening.context } })
+    const snapshot = this.openingSnapshot(actor, opening.context)
     await this.store.insert(
       {
         sessionId: request.sessionId,
@@ -253,7 +255,6 @@ export class SessionHost {
       },
       this.fenceOf(request.sessionId),
     )
-    const actor = createActor(this.machine, { input: { context: opening.context } })
     const live = this.register(request.sessionId, request.accountId, crew, actor, [request.consumerId])
     live.listeners.add(listener)
     live.writer.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: input.agentId, startTime: at })
@@ -275,10 +276,12 @@ export class SessionHost {
    * first reply writes none until that reply ends) could not be restored and answered 404. It is
    * idle even when a reply is owed: restore() starts the owed reply, as after any cut reply.
    * Null when it cannot be encoded: the session goes on unpersisted and the write-behind says so
-   * (logged once, counted, on /healthz), as for any state that cannot be encoded.
+   * (logged once, counted, on /healthz), as for any state that cannot be encoded. A new actor
+   * that starts idle already holds it (resolving the state again cost ~4× taking it from there).
    */
-  private openingSnapshot(context: SessionContext): string | null {
+  private openingSnapshot(actor: Actor<typeof sessionMachine>, context: SessionContext): string | null {
     try {
+      if (activeState(actor.getSnapshot()) === 'idle') return JSON.stringify(actor.getPersistedSnapshot())
       return JSON.stringify(this.machine.getPersistedSnapshot(this.machine.resolveState({ value: { active: 'idle' }, context })))
     } catch {
       return null
