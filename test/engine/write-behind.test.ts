@@ -4,6 +4,7 @@
 import t from 'tap'
 import { parseCrews } from '../../engine/crews.js'
 import { SessionHost } from '../../engine/host.js'
+import type { SessionStore } from '../../engine/session-store.js'
 import { ScriptedProvider } from '../../engine/providers/scripted.js'
 import { InProcessTransport } from '../../engine/transport.js'
 import type { TransportEvent } from '../../engine/transport.js'
@@ -56,6 +57,18 @@ function collector() {
       throw new Error(`no ${name}`)
     },
   }
+}
+
+/** Holds the `n`th history insert of `store` until `release()`; `inserts` counts them. */
+function holdInsert(store: SessionStore, n: number) {
+  const insertLogDocs = store.insertLogDocs.bind(store)
+  const gate = { inserts: 0, release: () => {} }
+  const held = new Promise<void>(resolve => (gate.release = resolve))
+  store.insertLogDocs = async docs => {
+    if (++gate.inserts === n) await held
+    return insertLogDocs(docs)
+  }
+  return gate
 }
 
 /** A value JSON.stringify cannot encode (it overflows the stack), as the issue's fuzzer found. */
@@ -173,14 +186,7 @@ t.test('a message waits for its own history entry: a failed snapshot of an earli
   // Gates: the first snapshot write fails when told to; the second batch's log insert waits.
   let failSnapshot!: (error: Error) => void
   const snapshotFailed = new Promise<never>((_, reject) => (failSnapshot = reject))
-  let releaseInsert!: () => void
-  const insertHeld = new Promise<void>(resolve => (releaseInsert = resolve))
-  let inserts = 0
-  const insertLogDocs = store.insertLogDocs.bind(store)
-  store.insertLogDocs = async docs => {
-    if (++inserts === 2) await insertHeld
-    return insertLogDocs(docs)
-  }
+  const secondInsert = holdInsert(store, 2)
   store.writeSnapshot = async () => snapshotFailed
   const writeBehind = new WriteBehind({ store, logger, metrics: createMetrics(), fenced: false, stopping: () => false, maxAttempts: 5, retryMs: 10_000 })
   const session = { id: SESSION, finished: () => false, snapshot: () => ({ state: 'active', agentId: 'a', snapshot: '{}', logPosition: 0, eventSeq: 0, deadlines: { idle: 0, tools: [] }, updatedAt: 0 }) as any, fence: () => undefined, lost: () => {} }
@@ -189,12 +195,12 @@ t.test('a message waits for its own history entry: a failed snapshot of an earli
 
   writer.append({ seq: 1, at: 1, type: 'message.user', text: 'one' })
   await writer.entriesWritten(1)
-  t.equal(inserts, 1, 'the first entry is written (its snapshot write is still pending)')
+  t.equal(secondInsert.inserts, 1, 'the first entry is written (its snapshot write is still pending)')
   writer.append({ seq: 2, at: 2, type: 'message.user', text: 'two' })
   let acknowledged = false
   const second = writer.entriesWritten(2).then(() => (acknowledged = true))
-  for (let i = 0; i < 50 && inserts < 2; i++) await sleep(5)
-  t.equal(inserts, 2, 'the second batch is inserting (held)')
+  for (let i = 0; i < 50 && secondInsert.inserts < 2; i++) await sleep(5)
+  t.equal(secondInsert.inserts, 2, 'the second batch is inserting (held)')
   failSnapshot(new Error('snapshot refused'))
   await sleep(20)
   // A message arriving now (another PUT up to the same entry) waits as well.
@@ -202,7 +208,7 @@ t.test('a message waits for its own history entry: a failed snapshot of an earli
   const another = writer.entriesWritten(2).then(() => (late = true))
   await sleep(20)
   t.notOk(acknowledged || late, 'the first batch`s failed snapshot does not acknowledge the second entry')
-  releaseInsert()
+  secondInsert.release()
   await Promise.all([second, another])
   t.ok(acknowledged && late)
   t.notOk(writer.holdsUpTo(2), 'it was written')
@@ -218,15 +224,6 @@ t.test('a new session`s document is written once: its opening snapshot is not wr
     written.push(write.snapshot)
     return true
   }
-  // The first batch's log insert is held, so a change can come while that batch is in flight.
-  let releaseInsert!: () => void
-  const insertHeld = new Promise<void>(resolve => (releaseInsert = resolve))
-  let inserts = 0
-  const insertLogDocs = store.insertLogDocs.bind(store)
-  store.insertLogDocs = async docs => {
-    if (++inserts === 1) await insertHeld
-    return insertLogDocs(docs)
-  }
   const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), fenced: false, stopping: () => false })
   let state = 'opening'
   const session = { id: SESSION, finished: () => false, snapshot: () => ({ state: 'active', agentId: 'a', snapshot: state, logPosition: 0, eventSeq: 0, deadlines: { idle: 0, tools: [] }, updatedAt: 0 }) as any, fence: () => undefined, lost: () => {} }
@@ -237,27 +234,21 @@ t.test('a new session`s document is written once: its opening snapshot is not wr
   const alone = writeBehind.writer({ ...session, id: 'alone' }, records)
   alone.append({ seq: 1, at: 1, type: 'session.created' })
   alone.snapshotStored()
-  releaseInsert()
   await alone.flushed()
   t.same(written, [], 'no second write of the opening snapshot')
   t.equal(counted, 1, 'the record`s counters are still written with the batch')
   t.ok(alone.quiet(), 'nothing left to write: the session may hibernate')
 
-  // A change while the opening's batch is being written: its snapshot is written, once.
-  inserts = 0
-  let releaseAgain!: () => void
-  const heldAgain = new Promise<void>(resolve => (releaseAgain = resolve))
-  store.insertLogDocs = async docs => {
-    if (++inserts === 1) await heldAgain
-    return insertLogDocs(docs)
-  }
+  // A change while the opening's batch is being written (its history insert held): its
+  // snapshot is written, once.
+  const first = holdInsert(store, 1)
   const writer = writeBehind.writer(session, records)
   writer.append({ seq: 1, at: 1, type: 'session.created' })
   writer.snapshotStored()
-  for (let i = 0; i < 50 && inserts < 1; i++) await sleep(5)
+  for (let i = 0; i < 50 && first.inserts < 1; i++) await sleep(5)
   state = 'paused'
   writer.append({ seq: 2, at: 2, type: 'session.paused' })
-  releaseAgain()
+  first.release()
   await writer.flushed()
   t.same(written, ['paused'], 'the change is written')
   t.same((await store.entriesAfter(SESSION, 0)).map(e => e.seq), [1, 2])
