@@ -30,10 +30,12 @@ import {
   type Store,
   StoreUnavailableError,
   type Update,
+  UpdateRefusedError,
 } from './types.js'
 
 function translate(error: unknown): never {
   if (error instanceof MongoServerError && error.code === 11000) throw new DuplicateKeyError(error.message)
+  if (error instanceof MongoServerError && (error.code === 14 || error.code === 28)) throw new UpdateRefusedError(error.message, error.code)
   if (error instanceof MongoServerSelectionError || error instanceof MongoNetworkError || error instanceof MongoTopologyClosedError) {
     throw new StoreUnavailableError(error.message)
   }

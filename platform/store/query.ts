@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto'
 import { isDeepStrictEqual } from 'node:util'
 import { find as mingoFind, Query, update as applyUpdate } from 'mingo'
-import { type BulkOp, type BulkResult, type Doc, DuplicateKeyError, type Filter, type FindOptions, type Update, type UpdateResult } from './types.js'
+import { type BulkOp, type BulkResult, type Doc, DuplicateKeyError, type Filter, type FindOptions, type Update, UpdateRefusedError, type UpdateResult } from './types.js'
 
 export const emptyBulk = (): BulkResult => ({
   insertedCount: 0,
@@ -102,12 +102,17 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update, copy
     let node: any = doc
     for (let i = 0; i < parts.length - 1; i++) {
       const part = parts[i]!
-      if (node[part] === undefined || node[part] === null) {
+      if (node[part] === undefined) {
         if (!create) return undefined
         node[part] = {}
         copied?.add(node[part])
       }
       let child = node[part]
+      if (child === null && !create) return undefined
+      // A field inside null, a number, a string or a boolean: mongod refuses the update (PathNotViable).
+      if ((child === null || typeof child !== 'object') && create) {
+        throw new UpdateRefusedError(`Cannot create field '${parts[i + 1]}' in element {${part}: ${JSON.stringify(child)}}`, 28)
+      }
       if (typeof child !== 'object' || Array.isArray(child)) return undefined
       if (copied && !copied.has(child)) {
         // Not a plain object (a Date on the way): left to mingo, on a deep copy.
@@ -148,10 +153,13 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update, copy
     const parent = parentOf(path, true)
     const leaf = leafOf(path)
     if (!parent || typeof by !== 'number') return undefined
-    const current = parent[leaf] ?? 0
-    if (typeof current !== 'number') return undefined
+    const current = parent[leaf]
+    // null, a string, a Date...: mongod refuses (TypeMismatch); only a missing field counts from 0.
+    if (current !== undefined && typeof current !== 'number') {
+      throw new UpdateRefusedError(`Cannot apply $inc to a value of non-numeric type: field '${path}' holds ${current === null ? 'null' : typeof current}`, 14)
+    }
     if (by !== 0 || !(leaf in parent)) changed = true
-    parent[leaf] = current + by
+    parent[leaf] = (current ?? 0) + by
   }
   // $min / $max of numbers (report blocks keep extremes this way); other operands go to mingo.
   for (const op of ['$min', '$max'] as const) {

@@ -70,6 +70,23 @@ export class DuplicateKeyError extends Error {
   readonly code = 11000
 }
 
+/**
+ * An update mongod refuses for the document it would change: `$inc` of a field that holds
+ * something other than a number (code 14, TypeMismatch), or a field created inside a value that
+ * is not an embedded document (code 28, PathNotViable). The embedded stores refuse them alike
+ * and leave the document as it was, so code developed on `make run` meets the same refusal it
+ * would meet in production.
+ */
+export class UpdateRefusedError extends Error {
+  override name = 'UpdateRefusedError'
+  constructor(
+    message: string,
+    readonly code: number = 14,
+  ) {
+    super(message)
+  }
+}
+
 /** A partial index's filter: plain equalities to short scalars (what the planner can prove a filter implies). */
 export function assertPartialFilter(name: string, spec: IndexSpec) {
   if (spec.unique || spec.counted) throw new TypeError(`${name}: a partial index is neither unique nor counted`)

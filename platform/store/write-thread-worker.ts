@@ -14,7 +14,10 @@ parentPort!.on('message', (request: WriteRequest) => {
   void handle(request).catch((error: Error) => answer({ id: request.id, outcomes: 'writes' in request ? request.writes.map(() => failed(error)) : [] }))
 })
 
-const failed = (error: Error): WriteOutcome => ({ error: { name: error?.name ?? 'Error', message: error?.message ?? String(error) } })
+const failed = (error: Error): WriteOutcome => {
+  const code = (error as { code?: unknown })?.code
+  return { error: { name: error?.name ?? 'Error', message: error?.message ?? String(error), ...(typeof code === 'number' ? { code } : {}) } }
+}
 
 async function handle(request: WriteRequest) {
   if ('close' in request) {

@@ -20,7 +20,7 @@
 import { ThreadRequests } from '../thread-requests.js'
 import type { LmdbStore } from './lmdb-store.js'
 import { UnsafeUpdatePathError } from './update-paths.js'
-import { type BulkOp, type BulkResult, type Collection, type CollectionOptions, type Doc, DuplicateKeyError, type Filter, type FindOptions, type IndexSpec, type Sort, type Store, StoreUnavailableError, type Update, type UpdateResult } from './types.js'
+import { type BulkOp, type BulkResult, type Collection, type CollectionOptions, type Doc, DuplicateKeyError, type Filter, type FindOptions, type IndexSpec, type Sort, type Store, StoreUnavailableError, type Update, UpdateRefusedError, type UpdateResult } from './types.js'
 
 /** The collection methods the thread runs. */
 export type WriteMethod = 'insertOne' | 'insertMany' | 'updateOne' | 'updateMany' | 'findOneAndUpdate' | 'deleteOne' | 'deleteMany' | 'bulkWrite'
@@ -31,7 +31,7 @@ export interface WriteOp {
   method: WriteMethod
   args: unknown[]
 }
-export type WriteOutcome = { result: unknown } | { error: { name: string; message: string } }
+export type WriteOutcome = { result: unknown } | { error: { name: string; message: string; code?: number } }
 
 /** Writes asked for together go as one message (a postMessage and a wake-up of the thread each cost more than most writes' clone). */
 export type WriteRequest = { id: number; path: string; writes: WriteOp[] } | { id: number; path: string; close: true }
@@ -41,17 +41,18 @@ export type WriteAnswer = { id: number; outcomes: WriteOutcome[] } | { id: numbe
 const shared = new ThreadRequests<WriteRequest, WriteAnswer>(import.meta.url, 'write-thread-worker')
 
 /** The errors callers tell apart keep their class across the thread. */
-const KNOWN_ERRORS: Record<string, new (message: string) => Error> = {
+const KNOWN_ERRORS: Record<string, new (message: string, code?: number) => Error> = {
   DuplicateKeyError,
+  UpdateRefusedError,
   UnsafeUpdatePathError,
   StoreUnavailableError,
   TypeError,
   RangeError,
 }
 
-function rebuilt(error: { name: string; message: string }): Error {
+function rebuilt(error: { name: string; message: string; code?: number }): Error {
   const Known = KNOWN_ERRORS[error.name]
-  if (Known) return new Known(error.message)
+  if (Known) return new Known(error.message, error.code)
   const other = new Error(error.message)
   other.name = error.name
   return other

@@ -14,7 +14,7 @@ import { join } from 'node:path'
 import { LmdbStore } from '../../platform/store/lmdb-store.js'
 import { MemoryStore } from '../../platform/store/memory-store.js'
 import { MongoStore } from '../../platform/store/mongo-store.js'
-import { type Doc, DuplicateKeyError, type Store } from '../../platform/store/types.js'
+import { type Doc, DuplicateKeyError, type Store, UpdateRefusedError } from '../../platform/store/types.js'
 import { UnsafeUpdatePathError } from '../../platform/store/update-paths.js'
 import { OffLoopStore } from '../../platform/store/write-thread.js'
 import { startMongoTestServer, type MongoTestServer } from '../support/mongo-server.js'
@@ -391,6 +391,37 @@ for (const kind of ['memory', 'lmdb', 'lmdb-thread', 'mongo'] as const) {
       t.equal((await c.updateOne({ _id: 'u', status: { $in: ['pending', 'running'] } }, { $set: { status: 'failed' } })).modifiedCount, 0)
       // The lock take-over idempotency relies on: equality on a Date.
       t.equal((await c.updateOne({ _id: 'u', createdAt: new Date(created.getTime()) }, { $set: { taken: true } })).modifiedCount, 1)
+    })
+
+    t.test('updates mongod refuses are refused, and change nothing', async t => {
+      const [c] = fresh('refused')
+      const doc = { _id: 'r', none: null, text: 'x', five: 5, when: at('2026-02-01T10:00:00Z'), kept: 1 }
+      await c.insertOne(doc)
+      for (const [update, why] of [
+        [{ $inc: { none: 1 } }, 'null'],
+        [{ $inc: { text: 1 } }, 'a string'],
+        [{ $inc: { when: 1 } }, 'a Date'],
+        [{ $inc: { kept: 1, text: 1 } }, 'a string, after a field it could count'],
+      ] as const) {
+        const error = await failure(c.updateOne({ _id: 'r' }, update))
+        t.ok(error instanceof UpdateRefusedError, `$inc of ${why}: refused (${(error as Error)?.message})`)
+        t.equal((error as UpdateRefusedError).code, 14, 'TypeMismatch')
+      }
+      t.ok((await failure(c.updateMany({ _id: 'r' }, { $inc: { none: 1 } }))) instanceof UpdateRefusedError, 'updateMany alike')
+      t.ok((await failure(c.findOneAndUpdate({ _id: 'r' }, { $inc: { none: 1 } }))) instanceof UpdateRefusedError, 'findOneAndUpdate alike')
+      t.same(await c.findOne({ _id: 'r' }), doc, 'the document is as it was')
+      t.same(await c.updateOne({ _id: 'r' }, { $inc: { missing: 2 } }), { matchedCount: 1, modifiedCount: 1, upsertedId: null }, 'a missing field counts from 0')
+      // mongod also refuses a field created inside a value that is not an embedded document
+      // (PathNotViable, code 28); the wire-protocol test server does not, so only the embedded
+      // stores are held to it here.
+      if (kind !== 'mongo') {
+        for (const update of [{ $set: { 'five.b': 1 } }, { $inc: { 'text.b': 1 } }, { $set: { 'none.b': 1 } }]) {
+          const error = await failure(c.updateOne({ _id: 'r' }, update))
+          t.ok(error instanceof UpdateRefusedError && error.code === 28, `${JSON.stringify(update)}: refused (${(error as Error)?.message})`)
+        }
+        t.same(await c.updateOne({ _id: 'r' }, { $unset: { 'five.b': '' } }), { matchedCount: 1, modifiedCount: 0, upsertedId: null }, '$unset there changes nothing')
+        t.same(await c.findOne({ _id: 'r' }), { ...doc, missing: 2 })
+      }
     })
 
     t.test('updateOne upsert: $setOnInsert with _id, filter equalities copied', async t => {
