@@ -19,9 +19,19 @@ interface Failures {
 
 export class AuthThrottle {
   private readonly failures: LRUCache<string, Failures>
+  /** When the window of the latest failure ends: after it no address is slowed. */
+  private lastWindowEnds = 0
 
   constructor(private readonly options: AuthThrottleOptions, private readonly now: () => number = Date.now) {
     this.failures = new LRUCache({ max: Math.max(1, options.maxAddresses) })
+  }
+
+  /**
+   * Whether some address may be slowed now (a failure's window is still open). When not, a
+   * request's address need not be read at all (reading it costs a system call).
+   */
+  get active(): boolean {
+    return this.options.limit > 0 && this.now() < this.lastWindowEnds
   }
 
   /** Whole seconds until `address` may present a key again; 0 when it may now. */
@@ -41,8 +51,10 @@ export class AuthThrottle {
     if (this.options.limit === 0) return
     const now = this.now()
     const entry = this.failures.get(address)
-    if (!entry || entry.windowEnds <= now) this.failures.set(address, { count: 1, windowEnds: now + this.options.windowMs })
-    else entry.count++
+    if (!entry || entry.windowEnds <= now) {
+      this.failures.set(address, { count: 1, windowEnds: now + this.options.windowMs })
+      this.lastWindowEnds = now + this.options.windowMs
+    } else entry.count++
   }
 
   get trackedAddresses() {

@@ -203,7 +203,7 @@ export class Gateway {
     if (route.role === null) return ANONYMOUS
     const { authThrottle } = this.options
     // No address failed lately (the usual case): this one's need not be read.
-    const retryAfter = authThrottle.trackedAddresses > 0 ? authThrottle.retryAfterSeconds(head.remoteAddress) : 0
+    const retryAfter = authThrottle.active ? authThrottle.retryAfterSeconds(head.remoteAddress) : 0
     if (retryAfter > 0) {
       throw new ApiError(
         429,

@@ -97,3 +97,20 @@ t.test('the key cache is bounded, and unknown keys are remembered only briefly',
   await new Promise(r => setTimeout(r, 400))
   t.equal((await getFrom(base, PATH, '127.0.0.11', { apikey: key })).status, 200, 'not held as unknown for the positive TTL')
 })
+
+t.test('the throttle reads no address while no failure`s window is open (reading one costs a system call)', async t => {
+  const { AuthThrottle } = await import('../../gateway/auth-throttle.js')
+  let now = 1_000
+  const throttle = new AuthThrottle({ limit: 2, windowMs: 60_000, maxAddresses: 10 }, () => now)
+  t.notOk(throttle.active, 'no failure yet')
+  throttle.recordFailure('203.0.113.1')
+  t.ok(throttle.active, 'a failure`s window is open')
+  now += 30_000
+  throttle.recordFailure('203.0.113.2')
+  now += 40_000
+  t.ok(throttle.active, 'the first window ended, the second is open')
+  t.equal(throttle.retryAfterSeconds('203.0.113.2'), 0, 'one failure is under the limit')
+  now += 20_001
+  t.notOk(throttle.active, 'every window ended')
+  t.notOk(new AuthThrottle({ limit: 0, windowMs: 60_000, maxAddresses: 10 }).active, 'off when the limit is 0')
+})
