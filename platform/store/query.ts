@@ -83,7 +83,9 @@ export function getPath(doc: Record<string, any>, path: string, stopAtArrays = f
 /**
  * $set / $unset / $inc (and $min / $max of numbers) on plain paths, applied directly: mingo's updater rebuilds its operator
  * context on every call (~1 ms), which dominates bulk upserts. Anything else goes to mingo.
- * Returns whether the document changed, or undefined when the update needs mingo.
+ * Returns whether the document changed, or undefined when the update needs mingo; throws
+ * UpdateRefusedError where mongod refuses the update (`doc` may then be half changed: callers
+ * pass a copy and drop it).
  * `copyOnWrite`: `doc` is a shallow copy of a document that must stay as it was; every object on
  * a path the update writes is copied before it is changed (see updatedCopy).
  */
@@ -92,9 +94,9 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update, copy
   let changed = false
   // Objects this update made or copied (made on the first dotted path: most updates have none).
   let copied: Set<object> | undefined
-  // The object holding a path's last part (made on the way when `create`); undefined when the
-  // path crosses something other than a plain object (left to mingo). No tuple per path: every
-  // write of the store comes through here.
+  // The object holding a path's last part (made on the way when `create`, refused through null or
+  // a scalar as mongod does); undefined when the path crosses an array or a Date (left to mingo),
+  // or, without `create`, null or a scalar. No tuple per path: every write of the store comes through here.
   const parentOf = (path: string, create: boolean): Record<string, any> | undefined => {
     if (!path.includes('.')) return doc
     const parts = path.split('.')
