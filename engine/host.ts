@@ -240,6 +240,9 @@ export class SessionHost {
     // Created, not started: nothing runs before the document is written.
     const actor = createActor(this.machine, { input: { context: opening.context } })
     const snapshot = this.openingSnapshot(actor, opening.context)
+    // The events of the opening: `Initialized`, the opening's own, and the one the first state
+    // announces as the actor starts (crew.status.waiting or .writing). Checked below.
+    const eventSeq = 2 + opening.publish.length
     await this.store.insert(
       {
         sessionId: request.sessionId,
@@ -251,7 +254,7 @@ export class SessionHost {
         at,
         snapshot,
         logPosition: opening.context.seq,
-        eventSeq: 1 + opening.publish.length,
+        eventSeq,
       },
       this.fenceOf(request.sessionId),
     )
@@ -266,6 +269,10 @@ export class SessionHost {
     this.emit(live, { kind: 'event', name: 'Initialized', data: { sessionId: request.sessionId, consumerId: request.consumerId } })
     for (const event of opening.publish) this.emit(live, { kind: 'event', ...event })
     actor.start()
+    // The stored count is the floor a restore numbers events from (after a crash of the only
+    // process, the events sent are known nowhere else): if the start published another number
+    // than counted above, the document is written again with the real one.
+    if (live.eventSeq !== eventSeq) live.writer.schedule()
     this.afterEvent(live)
     return live
   }

@@ -57,7 +57,7 @@ export interface NewSession {
   snapshot: string | null
   /** The history seq that snapshot covers (the opening's entries). */
   logPosition: number
-  /** Events the opening publishes (`Initialized` and the opening's own): the floor of a restore's numbering. */
+  /** Events the opening publishes (`Initialized`, the opening's own, the first state's): the floor of a restore's numbering. */
   eventSeq: number
 }
 

@@ -112,6 +112,32 @@ t.test('another node restores a session from the store and carries on', async t 
   t.ok(history.data.some((e: any) => e.type === 'session.restored'))
 })
 
+t.test('a session restored before its first turn numbers its events after every event its opening sent', async t => {
+  // The only process died right after the opening: the events it sent are known nowhere else,
+  // and a client resuming from the last one it got must not be told that id does not exist.
+  const store = new MemoryStore()
+  const a = node(store)
+  await a.start()
+  const c = collector()
+  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { name: 'Ana' } }, c.listener)
+  await c.until('crew.status.waiting')
+  await a.transport.command(target, { type: 'query.history', after: 0, limit: 10 }) // waits for the writes
+  const sent = c.events.map(e => (e.kind === 'event' ? e.seq : 0))
+  t.same(sent, [1, 2], 'Initialized, crew.status.waiting')
+  const doc = await store.collection('engine_sessions').findOne({ _id: SESSION })
+  t.equal(doc!.eventSeq, 2, 'the document counts both')
+  await a.stop()
+
+  const b = node(store)
+  await b.start()
+  t.teardown(() => b.stop())
+  const c2 = collector()
+  await b.transport.subscribe(target, c2.listener)
+  await b.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'hello again' })
+  await c2.until('assistant.message')
+  t.equal((c2.events.find(e => e.kind === 'event' && e.name === 'crew.status.writing') as any).seq, 3, 'the next event after the restore is 3')
+})
+
 t.test('a session whose node went away during its first reply is restored and gives that reply', async t => {
   // An outbound session that speaks first writes no snapshot until its first reply ends; the
   // document it is inserted with must be enough to restore it (it answered 404 before).
