@@ -56,8 +56,4 @@ export class AuthThrottle {
       this.lastWindowEnds = now + this.options.windowMs
     } else entry.count++
   }
-
-  get trackedAddresses() {
-    return this.failures.size
-  }
 }

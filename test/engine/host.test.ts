@@ -51,6 +51,15 @@ function collector() {
 const SESSION = '0d9a7f0e-5b1c-4c1e-8a41-2f7d6b3c9e01'
 const target = { sessionId: SESSION, accountId: 'acme' }
 
+/** A node on `store` with the test's session created on it (its events collected). */
+async function nodeWithSession(store: Store, create: Record<string, unknown> = {}, chunkDelayMs?: number) {
+  const a = node(store, {}, chunkDelayMs)
+  await a.start()
+  const c = collector()
+  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { name: 'Ana' }, ...create } as any, c.listener)
+  return { a, c }
+}
+
 /** Node B on the same store: its listener restores the session and waits for its next assistant.message. */
 async function answeredOnAnotherNode(t: { teardown(fn: () => unknown): void }, store: Store) {
   const b = node(store)
@@ -64,11 +73,8 @@ async function answeredOnAnotherNode(t: { teardown(fn: () => unknown): void }, s
 
 t.test('after every turn the snapshot and the log are in the store', async t => {
   const store = new MemoryStore()
-  const a = node(store)
-  await a.start()
+  const { a, c } = await nodeWithSession(store)
   t.teardown(() => a.stop())
-  const c = collector()
-  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { name: 'Ana' } }, c.listener)
   await a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'hello' })
   await c.until('crew.status.waiting', 2)
   await a.transport.command(target, { type: 'query.history', after: 0, limit: 10 }) // waits for the writes
@@ -82,10 +88,7 @@ t.test('after every turn the snapshot and the log are in the store', async t => 
 
 t.test('another node restores a session from the store and carries on', async t => {
   const store = new MemoryStore()
-  const a = node(store)
-  await a.start()
-  const c = collector()
-  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { name: 'Ana' } }, c.listener)
+  const { a, c } = await nodeWithSession(store)
   await a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'hello' })
   await c.until('crew.status.waiting', 2)
   await a.transport.command(target, { type: 'admin.pause', userId: 'sup' })
@@ -116,10 +119,7 @@ t.test('a session restored before its first turn numbers its events after every 
   // The only process died right after the opening: the events it sent are known nowhere else,
   // and a client resuming from the last one it got must not be told that id does not exist.
   const store = new MemoryStore()
-  const a = node(store)
-  await a.start()
-  const c = collector()
-  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { name: 'Ana' } }, c.listener)
+  const { a, c } = await nodeWithSession(store)
   await c.until('crew.status.waiting')
   await a.transport.command(target, { type: 'query.history', after: 0, limit: 10 }) // waits for the writes
   const sent = c.events.map(e => (e.kind === 'event' ? e.seq : 0))
@@ -142,11 +142,8 @@ t.test('a session whose node went away during its first reply is restored and gi
   // An outbound session that speaks first writes no snapshot until its first reply ends; the
   // document it is inserted with must be enough to restore it (it answered 404 before).
   const store = new MemoryStore()
-  const a = node(store, {}, 100)
-  await a.start()
-  const c = collector()
   const outbound = { type: 'dynamic', parameters: { previousWhisperedMessages: [{ text: 'Customer owes 20 EUR', author: 'system' }] } }
-  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { name: 'Ana' }, outbound } as any, c.listener)
+  const { a, c } = await nodeWithSession(store, { outbound }, 100)
   await c.until('assistant.response')
   t.notOk(c.names().includes('assistant.message'), 'node A is still writing the first reply')
   await a.stop() // node A goes away mid-reply
@@ -161,10 +158,7 @@ t.test('a session whose node went away during its first reply is restored and gi
 
 t.test('an external tool deadline is re-armed on restore', async t => {
   const store = new MemoryStore()
-  const a = node(store)
-  await a.start()
-  const c = collector()
-  await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: {} }, c.listener)
+  const { a, c } = await nodeWithSession(store, { arguments: {} })
   await a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'lookup C-1' })
   await c.until('crew.status.writing')
   await sleep(30)
