@@ -28,6 +28,12 @@ export function bodyOf(event: Extract<StreamEvent, { kind: 'event' }>): string {
 }
 
 export interface EventLog {
+  /**
+   * Whether the log outlives the process that appends (JetStream does, the in-memory ring does
+   * not): a restore after that process died asks it for the last id. Otherwise the owner keeps a
+   * bound on its ids in the session's document (engine/host.ts, EVENT_ID_RESERVE).
+   */
+  readonly durable: boolean
   /** Records the session's next event (the owner only, seq already assigned). */
   append(sessionId: string, event: StreamEvent): void
   /** Events with seq > after that are still kept, in order (a gap shows as a jump in seq). */
@@ -115,6 +121,7 @@ const sizeOf = (body: string) => body.length + 64
  * bytes and age (whichever is reached first; age is enforced whenever the ring is touched).
  */
 export class MemoryEventLog implements EventLog {
+  readonly durable = false
   private readonly rings = new Map<string, Ring>()
   private readonly limits: RingLimits
 

@@ -62,6 +62,8 @@ interface LiveSession {
   listeners: Set<TransportListener>
   /** Seq of the last event published (the SSE id of the session's streams). */
   eventSeq: number
+  /** No id past it is published before the document says so (0: not kept, the event log is durable). */
+  eventBound: number
   /** Consumer ids known to the session, least recently used first (bounded: ENGINE_MAX_CONSUMER_IDS_PER_SESSION). */
   consumers: Set<string>
   /** Its history, snapshot and report record on their way to the store. */
@@ -108,6 +110,16 @@ export interface SessionLeases {
   /** The session left this node: `finished` (destroyed: the lease goes) or `dropped` (lease lost or lapsed). */
   unloaded(sessionId: string, why: 'finished' | 'dropped', accountId: string): void
 }
+
+/**
+ * In one process the event log dies with the process, and a reply's events reach the session's
+ * document only with the snapshot at its end: after a kill -9, a restore from the document alone
+ * would number events again from there, reusing ids a client already holds (and drops, if it
+ * de-duplicates by id). So the document keeps a bound this far ahead of the ids, raised when
+ * half of it is used (one small write per 500 events); a restore after a crash numbers on from
+ * the bound (a resuming client gets a `stream.gap`), after a clean stop from the exact last id.
+ */
+const EVENT_ID_RESERVE = 1000
 
 const notFound = (sessionId: string) => new ApiError(404, 'SESSION_NOT_FOUND', `Session ${sessionId} not found`)
 
@@ -243,6 +255,7 @@ export class SessionHost {
     // The events of the opening: `Initialized`, the opening's own, and the one the first state
     // announces as the actor starts (crew.status.waiting or .writing). Checked below.
     const eventSeq = 2 + opening.publish.length
+    const eventSeqBound = this.events.durable ? undefined : eventSeq + EVENT_ID_RESERVE
     await this.store.insert(
       {
         sessionId: request.sessionId,
@@ -255,10 +268,12 @@ export class SessionHost {
         snapshot,
         logPosition: opening.context.seq,
         eventSeq,
+        eventSeqBound,
       },
       this.fenceOf(request.sessionId),
     )
     const live = this.register(request.sessionId, request.accountId, crew, actor, [request.consumerId])
+    live.eventBound = eventSeqBound ?? 0
     live.listeners.add(listener)
     live.writer.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: input.agentId, startTime: at })
     for (const entry of opening.log) live.writer.append(entry)
@@ -327,6 +342,7 @@ export class SessionHost {
       unbind: null,
       listeners: new Set(),
       eventSeq: 0,
+      eventBound: 0,
       consumers: new Set(consumers),
       writer: this.writeBehind.writer(
         {
@@ -510,8 +526,17 @@ export class SessionHost {
       return
     }
     const event = { ...body, seq: ++live.eventSeq, epoch }
+    if (live.eventBound && live.eventSeq > live.eventBound - EVENT_ID_RESERVE / 2) this.reserveEventIds(live)
     for (const listener of live.listeners) listener(event)
     this.events.append(live.id, event)
+  }
+
+  /** Moves the document's bound on the session's event ids ahead (EVENT_ID_RESERVE). */
+  private reserveEventIds(live: LiveSession) {
+    live.eventBound = live.eventSeq + EVENT_ID_RESERVE
+    this.store.reserveEventIds(live.id, live.eventBound).catch(error => {
+      this.options.platform.logger.warn('session event ids could not be reserved: after a crash a restore may reuse some', { sessionId: live.id, error })
+    })
   }
 
   /** Is the session live on this node? */
@@ -904,8 +929,10 @@ export class SessionHost {
     const crew = this.options.crews.get(doc.crewId)
     if (!crew) return null
     const persisted = doc.snapshot
-    // Events go on after the last one published, by whichever node published it.
-    const eventSeq = Math.max(doc.eventSeq, await this.events.takeOver(sessionId, this.epochOf(sessionId)))
+    // Events go on after the last one published, by whichever node published it: as the log
+    // says, or, when it does not know the session (in one process, after a crash), past the bound.
+    const fromLog = await this.events.takeOver(sessionId, this.epochOf(sessionId))
+    const eventSeq = Math.max(doc.eventSeq, fromLog || doc.eventSeqBound)
     // Entries written after the snapshot (the snapshot waits for the end of a reply): user
     // messages among them were acknowledged, so they go back into the conversation.
     const after = await this.store.entriesAfter(sessionId, persisted.context.seq)
@@ -920,6 +947,8 @@ export class SessionHost {
     const actor = createActor(this.machine, { snapshot: persisted, input: { context: persisted.context } })
     const live = this.register(sessionId, doc.accountId, crew, actor, doc.consumers.slice(-this.options.platform.config.engine.maxConsumerIdsPerSession))
     live.eventSeq = eventSeq
+    // Its first event moves the bound ahead again.
+    if (!this.events.durable) live.eventBound = eventSeq
     actor.start()
     const lastSeq = after.at(-1)?.seq ?? 0
     const event: SessionEvent = { type: 'session.restored', logPosition: Math.max(doc.logPosition, lastSeq), at: this.now }
@@ -998,6 +1027,7 @@ export class SessionHost {
   async stop() {
     this.stopped = true
     if (this.hibernation) clearInterval(this.hibernation)
+    const released: Promise<void>[] = []
     for (const live of [...this.live.values()]) {
       if (live.idleTimer) clearTimeout(live.idleTimer.timer)
       for (const timer of live.toolTimers.values()) clearTimeout(timer)
@@ -1005,8 +1035,15 @@ export class SessionHost {
       live.finished = true
       this.letGo(live)
       this.released(live)
+      // Nothing more is published: the next process numbers on from the exact last id.
+      if (live.eventBound) {
+        released.push(
+          this.store.releaseEventIds(live.id, live.eventSeq).catch(error => this.options.platform.logger.warn('session event ids could not be released', { sessionId: live.id, error })),
+        )
+      }
     }
     this.live.clear()
+    await Promise.all(released)
     await Promise.all(this.cleanups)
     if (this.options.store instanceof OffLoopStore) await this.options.store.close()
   }

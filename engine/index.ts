@@ -137,6 +137,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
   // The event log opens in start(); the host appends only once started.
   let log: JetStreamEventLog | undefined
   const events: EventLog = {
+    durable: true,
     append: (sessionId, event) => ready(log).append(sessionId, event),
     read: (sessionId, after) => ready(log).read(sessionId, after),
     last: sessionId => ready(log).last(sessionId),

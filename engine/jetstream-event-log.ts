@@ -37,6 +37,7 @@ export interface JetStreamEventLogOptions {
 }
 
 export class JetStreamEventLog implements EventLog {
+  readonly durable = true
   private constructor(
     private readonly nc: NatsConnection,
     private readonly jsm: JetStreamManager,

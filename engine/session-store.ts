@@ -29,6 +29,11 @@ interface SessionDoc extends Doc {
   fence?: number
   /** Seq of the last event published when the snapshot was written (a floor for a restore). */
   eventSeq?: number
+  /**
+   * No event id the owner published passes it (kept ahead of the ids when the event log dies with
+   * the process, exact after a clean stop): where a restore numbers on after a crash.
+   */
+  eventSeqBound?: number
 }
 
 export interface LogDoc extends Doc {
@@ -59,6 +64,8 @@ export interface NewSession {
   logPosition: number
   /** Events the opening publishes (`Initialized`, the opening's own, the first state's): the floor of a restore's numbering. */
   eventSeq: number
+  /** The bound on the ids the owner will publish before it writes a new one (absent: not kept). */
+  eventSeqBound?: number
 }
 
 /** What the host writes after a turn: the actor's persisted snapshot and what it points at. */
@@ -80,6 +87,8 @@ export interface PersistedSession {
   consumers: string[]
   logPosition: number
   eventSeq: number
+  /** No id its owner published passes it (0: not kept). */
+  eventSeqBound: number
   /** The XState persisted snapshot. */
   snapshot: any
 }
@@ -129,6 +138,7 @@ export class SessionStore {
       snapshot: session.snapshot,
       logPosition: session.logPosition,
       eventSeq: session.eventSeq,
+      ...(session.eventSeqBound === undefined ? {} : { eventSeqBound: session.eventSeqBound }),
       consumers: [session.consumerId],
       deadlines: { idle: session.idleDeadline, tools: [] },
       createdAt: new Date(session.at),
@@ -175,6 +185,16 @@ export class SessionStore {
     return written.matchedCount > 0
   }
 
+  /** Raises the bound on the session's event ids (never lowers it: writes may land out of order). */
+  async reserveEventIds(sessionId: string, bound: number) {
+    await this.sessions.updateOne({ _id: sessionId, state: LIVE }, { $max: { eventSeqBound: bound } })
+  }
+
+  /** A clean stop: the bound becomes the last id published, so a restore numbers on without a jump. */
+  async releaseEventIds(sessionId: string, lastSeq: number) {
+    await this.sessions.updateOne({ _id: sessionId, state: LIVE }, { $set: { eventSeqBound: lastSeq } })
+  }
+
   /**
    * Fencing: the live session's document takes this node's token, after which a node holding an
    * older token can no longer write its snapshot. False: destroyed, absent or owned by a newer token.
@@ -198,6 +218,7 @@ export class SessionStore {
       consumers: [...new Set(doc.consumers)],
       logPosition: doc.logPosition,
       eventSeq: doc.eventSeq ?? 0,
+      eventSeqBound: doc.eventSeqBound ?? 0,
       snapshot: JSON.parse(doc.snapshot),
     }
   }

@@ -116,8 +116,8 @@ t.test('another node restores a session from the store and carries on', async t 
 })
 
 t.test('a session restored before its first turn numbers its events after every event its opening sent', async t => {
-  // The only process died right after the opening: the events it sent are known nowhere else,
-  // and a client resuming from the last one it got must not be told that id does not exist.
+  // Node A stops cleanly right after the opening: a client resuming from the last id it got
+  // must not be told that id does not exist, nor see a jump where nothing was lost.
   const store = new MemoryStore()
   const { a, c } = await nodeWithSession(store)
   await c.until('crew.status.waiting')
@@ -126,7 +126,9 @@ t.test('a session restored before its first turn numbers its events after every 
   t.same(sent, [1, 2], 'Initialized, crew.status.waiting')
   const doc = await store.collection('engine_sessions').findOne({ _id: SESSION })
   t.equal(doc!.eventSeq, 2, 'the document counts both')
+  t.ok(doc!.eventSeqBound > 2, 'and keeps a bound ahead of them while the node lives')
   await a.stop()
+  t.equal((await store.collection('engine_sessions').findOne({ _id: SESSION }))!.eventSeqBound, 2, 'a clean stop leaves the exact last id')
 
   const b = node(store)
   await b.start()
@@ -136,6 +138,42 @@ t.test('a session restored before its first turn numbers its events after every 
   await b.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'hello again' })
   await c2.until('assistant.message')
   t.equal((c2.events.find(e => e.kind === 'event' && e.name === 'crew.status.writing') as any).seq, 3, 'the next event after the restore is 3')
+})
+
+t.test('during a long reply the document keeps a bound past every event id sent; a restore after a crash numbers on from it', async t => {
+  // In one process the event log dies with the process, and the reply's events reach the
+  // document's count only with the snapshot at the reply's end.
+  const store = new MemoryStore()
+  const { a, c } = await nodeWithSession(store, {}, 1)
+  // More events than the first reserve covers: the bound must move during the reply.
+  const words = Array.from({ length: 1500 }, (_, i) => `w${i}`).join(' ')
+  await a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: words })
+  const lastSent = () => Math.max(...c.events.map(e => e.seq))
+  const sessions = store.collection('engine_sessions')
+  for (let i = 0; i < 2000 && lastSent() < 1200; i++) await sleep(5)
+  t.ok(lastSent() >= 1200, `1,200 events sent (${lastSent()})`)
+  const midReply = (await sessions.findOne({ _id: SESSION }))!
+  t.ok(midReply.eventSeq < 10, `the snapshot's count waits for the reply's end (${midReply.eventSeq})`)
+  t.ok(midReply.eventSeqBound > lastSent(), `the bound is past every id sent (${midReply.eventSeqBound} > ${lastSent()})`)
+  await c.until('assistant.message')
+  const sent = lastSent()
+  // A crash now: what a kill -9 leaves is the document as the node wrote it while it lived
+  // (a stop would release the bound to the exact last id; put back what the node had reserved).
+  const reserved = (await sessions.findOne({ _id: SESSION }))!.eventSeqBound
+  t.ok(reserved > sent, 'still past every id after the reply')
+  await a.stop()
+  await sessions.updateOne({ _id: SESSION }, { $set: { eventSeqBound: reserved } })
+
+  const b = node(store)
+  await b.start()
+  t.teardown(() => b.stop())
+  const c2 = collector()
+  await b.transport.subscribe(target, c2.listener)
+  await b.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'after the crash' })
+  await c2.until('assistant.message')
+  const seqs = c2.events.map(e => e.seq)
+  t.equal(seqs[0], reserved + 1, `numbered on from the bound (${seqs[0]})`)
+  t.same(seqs, seqs.map((_, i) => reserved + 1 + i), 'one by one from there')
 })
 
 t.test('a session whose node went away during its first reply is restored and gives that reply', async t => {

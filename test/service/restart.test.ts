@@ -15,7 +15,7 @@ import { promisify } from 'node:util'
 import { API_KEYS, call, KEYS } from '../support/harness.js'
 import { buildService, startProcess, waitHealthy } from '../support/processes.js'
 import { contact, createBatch, phone, waitForOperation } from '../support/dialer.js'
-import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
+import { ADMIN, CHANNEL, createSession, openSse } from '../support/sse.js'
 import { crewsFile, DEFAULT_CREWS } from '../engine/fixtures/crews.js'
 
 const run = promisify(execFile)
@@ -81,6 +81,9 @@ for (const writeThread of ['1', '0']) {
     // snapshot of its own yet, only the one it was inserted with.
     const outbound = await createSession(first.base, { body: { outbound: { type: 'dynamic', parameters: { previousWhisperedMessages: [{ author: 'agent', text: 'Calling about the renewal' }] } } } })
     await outbound.stream.next('assistant.response')
+    // The ids its listener was sent before the kill: numbered past the session's stored count
+    // (a reply's events are counted in the store at its end).
+    const seenBeforeKill = Math.max(...outbound.stream.events.map(e => Number(e.id ?? 0)))
     await first.kill()
     session.stream.close()
     outbound.stream.close()
@@ -132,6 +135,22 @@ for (const writeThread of ['1', '0']) {
     t.ok(Array.isArray((await outboundHistory()).data), 'the outbound session cut in its first reply is restored')
     const firstReply = await until('its first reply', async () => (await outboundHistory()).data.find((e: { type: string }) => e.type === 'message.assistant'))
     t.match(firstReply, { type: 'message.assistant', text: String }, 'its first reply is given after the restart')
+    // Its listener resumes from the last id it was sent: the events of the dead process are
+    // gone (one stream.gap says so), and no later event reuses one of their ids, so a client
+    // that de-duplicates by id drops nothing new.
+    const resumed = await openSse(base, 'POST', `${CHANNEL}/${outbound.sessionId}/listen`, { headers: { 'Last-Event-ID': String(seenBeforeKill) } })
+    t.equal(resumed.status, 200, `a resume from id ${seenBeforeKill}, sent before the kill, is accepted (${JSON.stringify(resumed.json)})`)
+    if (resumed.stream) {
+      const attached = await resumed.stream.next('session.consumer.attached')
+      t.match(attached.data, { resumed: true }, 'attached as a resume')
+      const gap = await resumed.stream.next('stream.gap')
+      t.ok(Number(gap.id) >= seenBeforeKill, `the gap covers the ids of the dead process (${gap.id} >= ${seenBeforeKill})`)
+      t.equal((await call(base, 'PUT', `${CHANNEL}/${outbound.sessionId}/${outbound.consumerId}`, { body: { message: 'still there?' } })).status, 201)
+      await resumed.stream.next(e => e.event === 'assistant.message' && JSON.stringify(e.data).includes('still there?'), 15_000)
+      const after = resumed.stream.events.filter(e => e.event !== 'session.consumer.attached' && e.event !== 'stream.gap' && e.event !== 'hearthbeat')
+      t.ok(after.length > 0 && after.every(e => Number(e.id) > seenBeforeKill), `every event after the restart has an id past ${seenBeforeKill}: ${after.map(e => `${e.id} ${e.event}`).join(', ')}`)
+      resumed.stream.close()
+    }
 
     // Its report record.
     const now = Date.now()
