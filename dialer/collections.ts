@@ -13,6 +13,7 @@ export const COLLECTIONS = {
   uploads: 'dialer_uploads',
   importErrors: 'dialer_import_errors',
   attempts: 'dialer_attempts',
+  schedulers: 'dialer_schedulers',
 } as const
 
 export const INDEXES: Record<string, IndexSpec[]> = {
@@ -64,6 +65,8 @@ export const INDEXES: Record<string, IndexSpec[]> = {
     // Pacing per account and minute: attempts started in the last 60 s.
     { name: 'account_started', key: { accountId: 1, startedAt: -1 } },
   ],
+  // The schedulers' beats (dialer/scheduler/presence.ts), gone a day after the last one.
+  [COLLECTIONS.schedulers]: [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }],
 }
 
 export const IDEMPOTENCY_INDEXES: IndexSpec[] = [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }]

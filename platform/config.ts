@@ -77,6 +77,8 @@ export interface Config {
     simulated: { outcomes: string; latencyMs: number; seed: number }
     /** A contact claimed longer ago than this is presumed lost with its scheduler and dialed again. */
     claimTimeoutMs: number
+    /** A scheduler without a beat for this long died: the contacts it claimed are dialed again. */
+    schedulerDeadAfterMs: number
     /** Provider per batch channel (DIALER_PROVIDERS "phone=simulated,email=webhook"); rules.provider overrides. */
     providers: Record<'phone' | 'email' | 'whatsapp', 'simulated' | 'webhook' | 'assistant'>
     /** The webhook provider (dialer/providers/webhook.ts). */
@@ -263,6 +265,7 @@ export function loadConfig(env: Env = process.env): Config {
         seed: int(env, 'DIALER_SIM_SEED', 1, 0),
       },
       claimTimeoutMs: int(env, 'DIALER_CLAIM_TIMEOUT_MS', 60 * 60_000, 1000),
+      schedulerDeadAfterMs: int(env, 'DIALER_SCHEDULER_DEAD_AFTER_MS', 60_000, 1000),
       providers: dialerProviders(env),
       webhook: {
         url: url(env, 'DIALER_WEBHOOK_URL', ['http', 'https']),

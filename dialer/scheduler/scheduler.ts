@@ -24,6 +24,7 @@ import type { Collection } from '../../platform/store/index.js'
 import { newId, newOrderedId } from '../../platform/ids.js'
 import { COLLECTIONS, type AddressDoc, type ContactDoc } from '../collections.js'
 import { ActiveContacts } from '../active-contacts.js'
+import { SchedulerPresence } from './presence.js'
 import type { BatchDoc } from '../batches.js'
 import type { BatchLog } from '../batch-log.js'
 import type { Attempts } from '../attempts.js'
@@ -36,7 +37,7 @@ const MAX_ROUNDS = 8
 const NO_WINDOW_RECHECK_MS = 24 * 60 * 60_000
 /** The per-minute pacing window: attempts started in the last 60 s (sliding). */
 const RATE_WINDOW_MS = 60_000
-/** Expired claims are looked for at least this often (and every quarter of the claim timeout if shorter). */
+/** Lost claims are looked for at least this often (and every quarter of the claim timeout, half the dead-after time, if shorter). */
 const MAX_RECOVERY_INTERVAL_MS = 60_000
 
 export interface CycleReport {
@@ -53,6 +54,8 @@ export class Scheduler {
   private readonly operations: Collection
   private readonly blocked: Collection<{ _id: string; accountId: string; addressType: string; address: string }>
   private readonly inFlight = new Map<string, Promise<void>>()
+  /** This scheduler's beats, and which others beat lately. */
+  private readonly presence: SchedulerPresence
   private timer?: NodeJS.Timeout
   private cycle?: Promise<CycleReport>
   private stopped = false
@@ -69,11 +72,13 @@ export class Scheduler {
     this.batchDocs = platform.store.collection<BatchDoc>(COLLECTIONS.batches)
     this.operations = platform.store.collection(COLLECTIONS.operations)
     this.blocked = platform.store.collection(COLLECTIONS.blocked)
+    this.presence = new SchedulerPresence(platform.store, platform.clock, workerId, platform.config.dialer.schedulerDeadAfterMs)
   }
 
   /** Runs a cycle every `intervalMs` (after the previous one finished); 0 = never (tests call runCycle). */
   start(intervalMs: number) {
     this.stopped = false
+    this.presence.start(error => this.platform.logger.warn('dialer scheduler beat not written', { error, workerId: this.workerId }))
     if (intervalMs <= 0) return
     const tick = async () => {
       try {
@@ -92,6 +97,7 @@ export class Scheduler {
     clearTimeout(this.timer)
     await this.cycle?.catch(() => undefined)
     await this.drain()
+    await this.presence.stop()
   }
 
   get attemptsInFlight() {
@@ -116,10 +122,12 @@ export class Scheduler {
   private async select(): Promise<CycleReport> {
     const now = this.platform.clock.now()
     const report: CycleReport = { batches: 0, claimed: 0, skipped: {}, completed: [] }
-    // Claims expire on the scale of DIALER_CLAIM_TIMEOUT_MS: looking for them every cycle read
-    // every contact in flight each time (1,000 in flight: most of a cycle's CPU).
+    await this.presence.beatIfDue()
+    // Claims are lost on the scale of DIALER_SCHEDULER_DEAD_AFTER_MS and DIALER_CLAIM_TIMEOUT_MS:
+    // looking for them every cycle read every contact in flight each time (1,000 in flight: most
+    // of a cycle's CPU).
     const { claimTimeoutMs } = this.platform.config.dialer
-    if (now - this.recoveredAt >= Math.min(claimTimeoutMs / 4, MAX_RECOVERY_INTERVAL_MS)) {
+    if (now - this.recoveredAt >= Math.min(claimTimeoutMs / 4, this.presence.deadAfterMs / 2, MAX_RECOVERY_INTERVAL_MS)) {
       this.recoveredAt = now
       await this.recoverExpiredClaims(now)
     }
@@ -140,22 +148,28 @@ export class Scheduler {
   }
 
   /**
-   * Contacts claimed longer than DIALER_CLAIM_TIMEOUT_MS ago belong to a scheduler that died
-   * mid-attempt: the attempt is closed as `failed` (worker lost) and the contact is due again.
+   * Contacts claimed by a scheduler that stopped beating (its process died), or longer than
+   * DIALER_CLAIM_TIMEOUT_MS ago (a scheduler that lives but lost track of them): the attempt is
+   * closed as `failed` and the contact is due again.
    */
   private async recoverExpiredClaims(now: number) {
     const expired = new Date(now - this.platform.config.dialer.claimTimeoutMs)
-    const stale = await this.contacts.find({ state: 'in_progress', claimedAt: { $lt: expired } }, { limit: 1000 })
-    for (const contact of stale) {
+    const alive = await this.presence.alive(now)
+    const [orphaned, timedOut] = await Promise.all([
+      this.contacts.find({ state: 'in_progress', claimedBy: { $nin: alive } }, { limit: 1000 }),
+      this.contacts.find({ state: 'in_progress', claimedAt: { $lt: expired } }, { limit: 1000 }),
+    ])
+    const deadFor = Math.round(this.presence.deadAfterMs / 1000)
+    const lost = new Map<string, { contact: ContactDoc; detail: string }>()
+    for (const contact of timedOut) lost.set(contact._id, { contact, detail: 'claim expired: the scheduler running this attempt was lost' })
+    for (const contact of orphaned) lost.set(contact._id, { contact, detail: `scheduler lost: the scheduler running this attempt has not been seen for ${deadFor} s` })
+    for (const { contact, detail } of lost.values()) {
       const released = await this.contacts.updateOne(
         { _id: contact._id, state: 'in_progress', claimedBy: contact.claimedBy, claimedAt: contact.claimedAt },
         { $set: { state: 'pending', nextAttemptAt: new Date(now), claimedBy: null, claimedAt: null, lastSkipReason: 'claim_expired', updatedAt: new Date(now) } },
       )
       if (released.matchedCount === 0) continue
-      await this.deps.attempts.docs.updateMany(
-        { contactId: contact._id, outcome: null, startedAt: { $lt: expired } },
-        { $set: { outcome: 'failed', detail: 'claim expired: the scheduler running this attempt was lost', endedAt: new Date(now) } },
-      )
+      await this.deps.attempts.docs.updateMany({ contactId: contact._id, outcome: null, workerId: contact.claimedBy }, { $set: { outcome: 'failed', detail, endedAt: new Date(now) } })
     }
   }
 

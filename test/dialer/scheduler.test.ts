@@ -264,7 +264,7 @@ for (const store of STORES) {
       await stopBatch(base, one).catch(() => undefined)
     })
 
-    t.test('a claim held past DIALER_CLAIM_TIMEOUT_MS (a lost scheduler) is released and dialed again', async t => {
+    t.test('a claim held past DIALER_CLAIM_TIMEOUT_MS by a scheduler that still beats is released and dialed again', async t => {
       const gate = new GatedProvider()
       const lost = extraScheduler(service.platform, 'lost', { provider: gate })
       const batchId = await createBatch(base, { rules: { maxAttempts: 3 } })
@@ -273,10 +273,11 @@ for (const store of STORES) {
       t.equal((await lost.runCycle()).claimed, 1)
       const id = (await contactsOf(base, batchId)).get('c601').contactId
       t.match(await detail(base, batchId, id), { state: 'in_progress', dialability: { reason: 'in_progress' } })
-      clock.advance(59 * MIN)
+      clock.advance(59 * MIN + 45_000)
+      t.equal((await lost.runCycle()).claimed, 0, 'its scheduler cycles (and beats), its attempt still in flight')
       t.equal((await cycle()).claimed, 0, 'still within the claim timeout')
-      clock.advance(2 * MIN)
-      t.equal((await cycle()).claimed, 1, 'released and dialed by another scheduler')
+      clock.advance(30_000)
+      t.equal((await cycle()).claimed, 1, 'past the timeout: released and dialed by another scheduler')
       const attempts = await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts`)
       t.same(attempts.json.data.map((a: any) => a.outcome).sort(), ['answered', 'failed'])
       t.match(attempts.json.data.find((a: any) => a.outcome === 'failed'), { detail: /claim expired/ })
@@ -286,6 +287,33 @@ for (const store of STORES) {
       t.match(await detail(base, batchId, id), { state: 'done', lastOutcome: 'answered', attempts: 2 })
       await cycle()
       t.equal((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status, 'completed')
+    })
+
+    t.test('the claims of a scheduler that stopped beating (its process died) are dialed again after DIALER_SCHEDULER_DEAD_AFTER_MS, not after the claim timeout', async t => {
+      // What a kill -9 of a process leaves: its contacts in flight, counted against the batch's
+      // room (here all of it), and no scheduler to settle them.
+      const gate = new GatedProvider()
+      const dead = extraScheduler(service.platform, 'dead', { provider: gate })
+      const batchId = await createBatch(base, { rules: { maxAttempts: 3, maxInFlight: 2 } })
+      await load(base, batchId, { contacts: [contact(611, { customFields: { simulatedOutcomes: 'answered' } }), contact(612, { customFields: { simulatedOutcomes: 'answered' } }), contact(613, { customFields: { simulatedOutcomes: 'answered' } })] })
+      await startBatch(base, batchId)
+      t.equal((await dead.runCycle()).claimed, 2, 'the batch room, taken by the scheduler about to die')
+      clock.advance(40_000)
+      t.equal((await cycle()).claimed, 0, 'its last beat is 40 s old: alive, its claims hold the room')
+      // Lost claims are looked for every 30 s (half the dead-after time).
+      clock.advance(31_000)
+      const report = await cycle()
+      t.equal(report.claimed, 2, 'silent for 71 s (more than 60): its two claims are released and dialed again')
+      await cycle()
+      const attempts = await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts?limit=100`)
+      const failed = attempts.json.data.filter((a: any) => a.outcome === 'failed')
+      t.equal(failed.length, 2, 'its attempts are closed as failed')
+      t.ok(failed.every((a: any) => /scheduler lost/.test(a.detail)), failed.map((a: any) => a.detail).join('; '))
+      t.equal(attempts.json.data.filter((a: any) => a.outcome === 'answered').length, 3, 'every contact dialed and answered')
+      await cycle()
+      t.equal((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.status, 'completed')
+      gate.releaseAll('busy')
+      await dead.drain()
     })
 
     t.test('reschedule and cancel a contact', async t => {
