@@ -5,7 +5,8 @@
 // with SIGKILL while the loads are being applied, right after a user message was accepted and
 // during an outbound session's first reply. The second process must serve all of it: the loads
 // complete, the session answers the message it had accepted and takes new ones (restored as
-// after a failover), the outbound session gives its first reply, the report has its record.
+// after a failover), the outbound session gives its first reply, the report has its record, and
+// a listener resumes with no id reused. After a clean stop a third process numbers on without a gap.
 import t from 'tap'
 import { execFile } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -149,7 +150,7 @@ for (const writeThread of ['1', '0']) {
       await resumed.stream.next(e => e.event === 'assistant.message' && JSON.stringify(e.data).includes('still there?'), 15_000)
       const after = resumed.stream.events.filter(e => e.event !== 'session.consumer.attached' && e.event !== 'stream.gap' && e.event !== 'hearthbeat')
       t.ok(after.length > 0 && after.every(e => Number(e.id) > seenBeforeKill), `every event after the restart has an id past ${seenBeforeKill}: ${after.map(e => `${e.id} ${e.event}`).join(', ')}`)
-      resumed.stream.close()
+      await resumed.stream.next('crew.status.waiting')
     }
 
     // Its report record.
@@ -158,5 +159,23 @@ for (const writeThread of ['1', '0']) {
     t.equal(report.status, 200)
     t.match(JSON.stringify(report.json), sessionId, 'the session record survived')
     await second.terminate()
+
+    // A clean stop: the next process numbers on from the exact last id, and a resume sees no gap.
+    const lastId = Math.max(...(resumed.stream?.events ?? []).map(e => Number(e.id ?? 0)))
+    resumed.stream?.close()
+    const third = await startProcess(t, 'embedded-3', env)
+    await waitHealthy(third)
+    const again = await openSse(third.base, 'POST', `${CHANNEL}/${outbound.sessionId}/listen`, { headers: { 'Last-Event-ID': String(lastId) } })
+    t.equal(again.status, 200, `a resume from ${lastId} after a clean stop`)
+    if (again.stream) {
+      await again.stream.next('session.consumer.attached')
+      t.equal((await call(third.base, 'PUT', `${CHANNEL}/${outbound.sessionId}/${outbound.consumerId}`, { body: { message: 'after a clean stop' } })).status, 201)
+      await again.stream.next(e => e.event === 'assistant.message' && JSON.stringify(e.data).includes('after a clean stop'), 15_000)
+      t.notOk(again.stream.events.some(e => e.event === 'stream.gap'), 'no stream.gap: nothing was lost')
+      const events = again.stream.events.filter(e => e.event !== 'session.consumer.attached' && e.event !== 'hearthbeat')
+      t.equal(Number(events[0]?.id), lastId + 1, `numbered on from the last id (${events.map(e => `${e.id} ${e.event}`).join(', ')})`)
+      again.stream.close()
+    }
+    await third.terminate()
   })
 }
