@@ -43,5 +43,6 @@ t.test('kill -9 with attempts in flight: the next process dials those contacts a
   t.equal(lost.length, 3, 'the dead process\'s three attempts are closed as failed')
   t.ok(lost.every((a: { detail: string }) => /scheduler lost/.test(a.detail)), lost.map((a: { detail: string }) => a.detail).join('; '))
   t.equal(attempts.filter((a: { outcome: string }) => a.outcome === 'answered').length, 5, 'every contact dialed and answered once')
-  await second.terminate()
+  t.equal(await second.terminate(), 0)
+  t.notMatch(second.output(), /"level":"(error|warn)"/, 'a clean stop: nothing failed (the scheduler drains and removes its beat)')
 })
