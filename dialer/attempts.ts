@@ -49,8 +49,10 @@ export class Attempts {
     await this.docs.insertOne(doc)
   }
 
-  async finish(attemptId: string, outcome: Outcome, detail: string | null, endedAt: Date) {
-    await this.docs.updateOne({ _id: attemptId, outcome: null }, { $set: { outcome, detail, endedAt } })
+  /** Answers whether this call ended it (false: it already had an outcome). */
+  async finish(attemptId: string, outcome: Outcome, detail: string | null, endedAt: Date): Promise<boolean> {
+    const ended = await this.docs.updateOne({ _id: attemptId, outcome: null }, { $set: { outcome, detail, endedAt } })
+    return ended.matchedCount > 0
   }
 
   /** A batch's attempts, newest first; `outcome` filters. */

@@ -27,4 +27,9 @@ export interface Provider {
   readonly name: string
   /** Resolves when the attempt has ended; a rejection is recorded as outcome `failed`. */
   dial(attempt: AttemptRequest): Promise<AttemptResult>
+  /**
+   * An attempt whose scheduler died before it ended (its process was killed): the outcome the
+   * provider learned for it meanwhile (a webhook receiver's report), or null.
+   */
+  outcomeOf?(attemptId: string): Promise<AttemptResult | null>
 }

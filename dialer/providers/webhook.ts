@@ -158,6 +158,12 @@ export class WebhookProvider implements Provider {
     }
   }
 
+  /** A report received for an attempt whose scheduler died: it is the attempt's outcome. */
+  async outcomeOf(attemptId: string): Promise<AttemptResult | null> {
+    const doc = await this.reports?.findOne({ _id: attemptId })
+    return doc ? { outcome: doc.outcome, detail: doc.detail ?? 'reported by webhook' } : null
+  }
+
   /** A report received by this process: the waiting attempt (if it runs here) ends now. */
   deliverReport(attemptId: string, result: AttemptResult) {
     this.waiters.get(attemptId)?.(result)

@@ -150,7 +150,9 @@ export class Scheduler {
   /**
    * Contacts claimed by a scheduler that stopped beating (its process died), or longer than
    * DIALER_CLAIM_TIMEOUT_MS ago (a scheduler that lives but lost track of them): the attempt is
-   * closed as `failed` and the contact is due again.
+   * closed as `failed` and the contact is due again, unless its provider learned the outcome
+   * meanwhile (a webhook receiver reported it): then that outcome is recorded, as the dead
+   * scheduler would have, and the contact is not dialed again for nothing.
    */
   private async recoverExpiredClaims(now: number) {
     const expired = new Date(now - this.platform.config.dialer.claimTimeoutMs)
@@ -163,7 +165,9 @@ export class Scheduler {
     const lost = new Map<string, { contact: ContactDoc; detail: string }>()
     for (const contact of timedOut) lost.set(contact._id, { contact, detail: 'claim expired: the scheduler running this attempt was lost' })
     for (const contact of orphaned) lost.set(contact._id, { contact, detail: `scheduler lost: the scheduler running this attempt has not been seen for ${deadFor} s` })
+    const batches = new Map<string, BatchDoc | null>()
     for (const { contact, detail } of lost.values()) {
+      if (await this.settleReported(contact, now, batches)) continue
       const released = await this.contacts.updateOne(
         { _id: contact._id, state: 'in_progress', claimedBy: contact.claimedBy, claimedAt: contact.claimedAt },
         { $set: { state: 'pending', nextAttemptAt: new Date(now), claimedBy: null, claimedAt: null, lastSkipReason: 'claim_expired', updatedAt: new Date(now) } },
@@ -171,6 +175,25 @@ export class Scheduler {
       if (released.matchedCount === 0) continue
       await this.deps.attempts.docs.updateMany({ contactId: contact._id, outcome: null, workerId: contact.claimedBy }, { $set: { outcome: 'failed', detail, endedAt: new Date(now) } })
     }
+  }
+
+  /** Settles a lost claim with the outcome its attempt's provider has for it; false when it has none. */
+  private async settleReported(contact: ContactDoc, now: number, batches: Map<string, BatchDoc | null>): Promise<boolean> {
+    const attempt = await this.deps.attempts.docs.findOne({ contactId: contact._id, outcome: null, workerId: contact.claimedBy })
+    if (!attempt) return false
+    let batch = batches.get(contact.batchId)
+    if (batch === undefined) batches.set(contact.batchId, (batch = await this.batchDocs.findOne({ _id: contact.batchId })))
+    if (!batch) return false
+    const provider = this.deps.providers(batch.channel, batch.rules ?? {})
+    if (provider.name !== attempt.provider || !provider.outcomeOf) return false
+    const reported = await provider.outcomeOf(attempt._id)
+    if (!reported) return false
+    const at = new Date(now)
+    // Another scheduler looking at the same time: one of them ends the attempt and settles.
+    if (await this.deps.attempts.finish(attempt._id, reported.outcome, reported.detail ?? null, at)) {
+      await this.settle(batch, contact, attempt.address, reported.outcome, at, { claimedBy: contact.claimedBy ?? null, claimedAt: contact.claimedAt ?? null })
+    }
+    return true
   }
 
   private async selectBatch(
@@ -338,13 +361,17 @@ export class Scheduler {
   }
 
   private async record(batch: BatchDoc, contact: ContactDoc, address: AddressDoc, attemptId: string, outcome: Outcome, detail: string | null) {
-    const endedAt = this.platform.clock.now()
-    const at = new Date(endedAt)
+    const at = new Date(this.platform.clock.now())
     await this.deps.attempts.finish(attemptId, outcome, detail, at)
-    const next = afterOutcome((batch.rules ?? {}) as BatchRules, contact, address.address, outcome, endedAt)
-    const inc = { attempts: 1, [`addressAttempts.${addressKey(address.address)}`]: 1 }
+    await this.settle(batch, contact, address.address, outcome, at, { claimedBy: this.workerId })
+  }
+
+  /** The contact after an attempt's outcome (`claim`: what it must still hold): counted, then due again or done. */
+  private async settle(batch: BatchDoc, contact: ContactDoc, address: string, outcome: Outcome, at: Date, claim: { claimedBy: string | null; claimedAt?: Date | null }) {
+    const next = afterOutcome((batch.rules ?? {}) as BatchRules, contact, address, outcome, at.getTime())
+    const inc = { attempts: 1, [`addressAttempts.${addressKey(address)}`]: 1 }
     const settled = await this.contacts.updateOne(
-      { _id: contact._id, state: 'in_progress', claimedBy: this.workerId },
+      { _id: contact._id, state: 'in_progress', ...claim },
       {
         $inc: inc,
         $set: {
@@ -363,7 +390,7 @@ export class Scheduler {
     // decision and its outcome, and let go of the claim so the contact can be dialed again.
     if (settled.matchedCount === 0) {
       await this.contacts.updateOne({ _id: contact._id }, { $inc: inc, $set: { updatedAt: at } })
-      await this.contacts.updateOne({ _id: contact._id, claimedBy: this.workerId }, { $set: { claimedBy: null, claimedAt: null } })
+      await this.contacts.updateOne({ _id: contact._id, claimedBy: claim.claimedBy }, { $set: { claimedBy: null, claimedAt: null } })
     } else if (next.state !== 'pending') {
       await this.active.reconcile(contact.accountId, { ids: [contact._id] })
     }

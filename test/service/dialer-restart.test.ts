@@ -1,14 +1,18 @@
 // A `make run`-style process (embedded store, no external server) killed with SIGKILL while its
 // attempts are in flight: the contacts it had claimed fill the batch's room. The next process on
 // the same DATA_DIR must dial them again once the dead scheduler has been silent for
-// DIALER_SCHEDULER_DEAD_AFTER_MS (2 s here; 60 s by default), not after the 1 h claim timeout.
+// DIALER_SCHEDULER_DEAD_AFTER_MS (2 s here; 60 s by default), not after the 1 h claim timeout;
+// and an outcome a webhook receiver reported meanwhile is recorded instead of a second call.
 import t from 'tap'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { API_KEYS, call } from '../support/harness.js'
 import { startProcess, waitHealthy } from '../support/processes.js'
 import { contact, createBatch, load, startBatch } from '../support/dialer.js'
+import { signWebhook } from '../../dialer/providers/index.js'
 
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 
@@ -45,4 +49,91 @@ t.test('kill -9 with attempts in flight: the next process dials those contacts a
   t.equal(attempts.filter((a: { outcome: string }) => a.outcome === 'answered').length, 5, 'every contact dialed and answered once')
   t.equal(await second.terminate(), 0)
   t.notMatch(second.output(), /"level":"(error|warn)"/, 'a clean stop: nothing failed (the scheduler drains and removes its beat)')
+})
+
+const SECRET = 'restart-webhook-secret-0123456789abcdef'
+
+/** A local webhook receiver (the carrier's side): takes every attempt, reports only when told. */
+async function startReceiver(t: { teardown(fn: () => unknown): void }) {
+  const deliveries: { attemptId: string; identifier: string }[] = []
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', c => chunks.push(c))
+    req.on('end', () => {
+      deliveries.push(JSON.parse(Buffer.concat(chunks).toString('utf8')))
+      res.writeHead(200).end()
+    })
+  })
+  await new Promise<void>(r => server.listen(0, '127.0.0.1', r))
+  t.teardown(() => new Promise<void>(r => (server.closeAllConnections(), server.close(() => r()))))
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/calls`, deliveries }
+}
+
+/** The receiver's signed report of an attempt's outcome, to whichever process is up. */
+async function report(base: string, attemptId: string, outcome: string) {
+  const raw = JSON.stringify({ outcome, detail: 'carrier report' })
+  const timestamp = String(Math.floor(Date.now() / 1000))
+  const res = await fetch(`${base}/dialer/v1/attempts/${attemptId}/outcome`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-switchboard-timestamp': timestamp, 'x-switchboard-signature': signWebhook(SECRET, timestamp, attemptId, raw) },
+    body: raw,
+  })
+  return res.status
+}
+
+t.test('kill -9 during webhook calls: outcomes the receiver reported after the crash are recorded, not dialed again', async t => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'sb-dialer-webhook-restart-'))
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
+  const receiver = await startReceiver(t)
+  const env = {
+    DATA_DIR: dataDir,
+    API_KEYS,
+    LOG_LEVEL: 'warn',
+    DIALER_SCHEDULER_DEAD_AFTER_MS: '2000',
+    DIALER_PROVIDERS: 'phone=webhook',
+    DIALER_WEBHOOK_URL: receiver.url,
+    DIALER_WEBHOOK_SECRET: SECRET,
+  }
+  const first = await startProcess(t, 'webhook-1', { ...env, DIALER_CYCLE_MS: '100' })
+  await waitHealthy(first)
+  const batchId = await createBatch(first.base, { rules: { maxInFlight: 3, maxAttempts: 2 } })
+  await load(first.base, batchId, { contacts: Array.from({ length: 4 }, (_, i) => contact(800 + i)) })
+  await startBatch(first.base, batchId)
+  for (let i = 0; i < 200 && receiver.deliveries.length < 3; i++) await sleep(50)
+  t.equal(receiver.deliveries.length, 3, 'three calls placed with the receiver')
+  await first.kill()
+
+  // The calls go on at the carrier; two end and are reported to the process that is up (its
+  // scheduler off: the reports are in before any scheduler looks at the lost claims).
+  const second = await startProcess(t, 'webhook-2', { ...env, DIALER_CYCLE_MS: '0' })
+  await waitHealthy(second)
+  const [one, two, three] = receiver.deliveries
+  t.equal(await report(second.base, one!.attemptId, 'answered'), 200, 'a report after the crash is accepted')
+  t.equal(await report(second.base, two!.attemptId, 'voicemail'), 200)
+  t.equal(await second.terminate(), 0)
+
+  const third = await startProcess(t, 'webhook-3', { ...env, DIALER_CYCLE_MS: '100' })
+  await waitHealthy(third)
+  // From now on the receiver answers every new call at once.
+  const answered = new Set<string>()
+  const started = Date.now()
+  let batch: any
+  for (;;) {
+    for (const d of receiver.deliveries.slice(3)) if (!answered.has(d.attemptId) && (await report(third.base, d.attemptId, 'answered')) === 200) answered.add(d.attemptId)
+    batch = (await call(third.base, 'GET', `/dialer/v1/batches/${batchId}`)).json
+    if (batch.progress.done === 3 && batch.progress.inProgress === 0) break
+    if (Date.now() - started > 30_000) break
+    await sleep(200)
+  }
+  // Voicemail is retried later (rules.retryDelayMinutes): that contact waits, pending.
+  t.match(batch.progress, { done: 3, pending: 1, inProgress: 0 }, `every contact settled (${JSON.stringify(batch.progress)})`)
+  const attempts = (await call(third.base, 'GET', `/dialer/v1/batches/${batchId}/attempts?limit=100`)).json.data
+  const byId = new Map(attempts.map((a: any) => [a.attemptId, a]))
+  t.match(byId.get(one!.attemptId), { outcome: 'answered', detail: 'carrier report' }, 'the reported answer is the attempt\'s outcome')
+  t.match(byId.get(two!.attemptId), { outcome: 'voicemail' })
+  t.match(byId.get(three!.attemptId), { outcome: 'failed', detail: /scheduler lost/ }, 'the call never reported is closed as failed')
+  const calls = (identifier: string) => receiver.deliveries.filter(d => d.identifier === identifier).length
+  t.equal(calls(one!.identifier), 1, 'the answered contact is not called again')
+  t.equal(calls(three!.identifier), 2, 'the contact whose call was lost is called again')
+  t.equal(await third.terminate(), 0)
 })
