@@ -49,10 +49,8 @@ export class Attempts {
     await this.docs.insertOne(doc)
   }
 
-  /** Answers whether this call ended it (false: it already had an outcome). */
-  async finish(attemptId: string, outcome: Outcome, detail: string | null, endedAt: Date): Promise<boolean> {
-    const ended = await this.docs.updateOne({ _id: attemptId, outcome: null }, { $set: { outcome, detail, endedAt } })
-    return ended.matchedCount > 0
+  async finish(attemptId: string, outcome: Outcome, detail: string | null, endedAt: Date) {
+    await this.docs.updateOne({ _id: attemptId, outcome: null }, { $set: { outcome, detail, endedAt } })
   }
 
   /** A batch's attempts, newest first; `outcome` filters. */

@@ -28,8 +28,9 @@ export interface Provider {
   /** Resolves when the attempt has ended; a rejection is recorded as outcome `failed`. */
   dial(attempt: AttemptRequest): Promise<AttemptResult>
   /**
-   * An attempt whose scheduler died before it ended (its process was killed): the outcome the
-   * provider learned for it meanwhile (a webhook receiver's report), or null.
+   * Follows, from this process, an attempt whose scheduler died before it ended (its process was
+   * killed) and that goes on elsewhere (a webhook receiver's call): resolves when it ends.
+   * Providers without it have attempts that died with their process (closed as `failed`).
    */
-  outcomeOf?(attemptId: string): Promise<AttemptResult | null>
+  resume?(attemptId: string, startedAt: number): Promise<AttemptResult>
 }

@@ -105,7 +105,7 @@ export class WebhookProvider implements Provider {
         // A receiver that reported (or a stop) before its POST finally failed: that result counts.
         return early ?? { outcome: 'failed', detail: `webhook not delivered: ${(error as Error).message}` }
       }
-      return await this.awaitOutcome(attempt.attemptId, reported, tries)
+      return await this.awaitOutcome(attempt.attemptId, reported, Date.now() + this.options.outcomeTimeoutMs, `webhook accepted the attempt (try ${tries})`)
     } finally {
       this.waiters.delete(attempt.attemptId)
     }
@@ -145,23 +145,29 @@ export class WebhookProvider implements Provider {
     throw new Error(`gave up after ${maxTries} tries (last: ${last})`)
   }
 
-  private async awaitOutcome(attemptId: string, reported: Promise<AttemptResult>, tries: number): Promise<AttemptResult> {
+  private async awaitOutcome(attemptId: string, reported: Promise<AttemptResult>, deadline: number, accepted: string): Promise<AttemptResult> {
     const { outcomeTimeoutMs, pollMs } = this.options
-    const deadline = Date.now() + outcomeTimeoutMs
     for (;;) {
       const left = deadline - Date.now()
       const result = await Promise.race([reported, sleep(Math.min(pollMs, left)).then(() => null)])
       if (result) return result
       const doc = await this.reports?.findOne({ _id: attemptId })
       if (doc) return { outcome: doc.outcome, detail: doc.detail ?? 'reported by webhook' }
-      if (Date.now() >= deadline) return { outcome: 'failed', detail: `webhook accepted the attempt (try ${tries}) but reported no outcome within ${outcomeTimeoutMs} ms` }
+      if (Date.now() >= deadline) return { outcome: 'failed', detail: `${accepted} but reported no outcome within ${outcomeTimeoutMs} ms` }
     }
   }
 
-  /** A report received for an attempt whose scheduler died: it is the attempt's outcome. */
-  async outcomeOf(attemptId: string): Promise<AttemptResult | null> {
-    const doc = await this.reports?.findOne({ _id: attemptId })
-    return doc ? { outcome: doc.outcome, detail: doc.detail ?? 'reported by webhook' } : null
+  /**
+   * An attempt whose scheduler died (the receiver took it; the call goes on there): its report,
+   * stored by whichever process received it, until the outcome timeout counted from its start.
+   */
+  async resume(attemptId: string, startedAt: number): Promise<AttemptResult> {
+    const reported = new Promise<AttemptResult>(resolve => this.waiters.set(attemptId, resolve))
+    try {
+      return await this.awaitOutcome(attemptId, reported, startedAt + this.options.outcomeTimeoutMs, 'webhook took the attempt (its scheduler died since)')
+    } finally {
+      this.waiters.delete(attemptId)
+    }
   }
 
   /** A report received by this process: the waiting attempt (if it runs here) ends now. */

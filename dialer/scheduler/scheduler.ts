@@ -29,6 +29,7 @@ import type { BatchDoc } from '../batches.js'
 import type { BatchLog } from '../batch-log.js'
 import type { Attempts } from '../attempts.js'
 import type { ProviderFor } from '../providers/index.js'
+import type { AttemptResult } from '../providers/types.js'
 import { addressKey, afterOutcome, type BatchRules, blockKey, dialability, type NotDialableReason, type Outcome } from '../rules.js'
 
 /** Rounds of (select, check, claim) per batch and cycle; each round fills the room left. */
@@ -150,9 +151,9 @@ export class Scheduler {
   /**
    * Contacts claimed by a scheduler that stopped beating (its process died), or longer than
    * DIALER_CLAIM_TIMEOUT_MS ago (a scheduler that lives but lost track of them): the attempt is
-   * closed as `failed` and the contact is due again, unless its provider learned the outcome
-   * meanwhile (a webhook receiver reported it): then that outcome is recorded, as the dead
-   * scheduler would have, and the contact is not dialed again for nothing.
+   * closed as `failed` and the contact is due again. A dead scheduler's attempt that goes on
+   * elsewhere (a webhook receiver's call) is taken over instead: this scheduler follows it to its
+   * outcome (Provider.resume) and records it, and the contact is not dialed a second time.
    */
   private async recoverExpiredClaims(now: number) {
     const expired = new Date(now - this.platform.config.dialer.claimTimeoutMs)
@@ -162,12 +163,12 @@ export class Scheduler {
       this.contacts.find({ state: 'in_progress', claimedAt: { $lt: expired } }, { limit: 1000 }),
     ])
     const deadFor = Math.round(this.presence.deadAfterMs / 1000)
-    const lost = new Map<string, { contact: ContactDoc; detail: string }>()
-    for (const contact of timedOut) lost.set(contact._id, { contact, detail: 'claim expired: the scheduler running this attempt was lost' })
-    for (const contact of orphaned) lost.set(contact._id, { contact, detail: `scheduler lost: the scheduler running this attempt has not been seen for ${deadFor} s` })
+    const lost = new Map<string, { contact: ContactDoc; detail: string; dead: boolean }>()
+    for (const contact of timedOut) lost.set(contact._id, { contact, detail: 'claim expired: the scheduler running this attempt was lost', dead: false })
+    for (const contact of orphaned) lost.set(contact._id, { contact, detail: `scheduler lost: the scheduler running this attempt has not been seen for ${deadFor} s`, dead: true })
     const batches = new Map<string, BatchDoc | null>()
-    for (const { contact, detail } of lost.values()) {
-      if (await this.settleReported(contact, now, batches)) continue
+    for (const { contact, detail, dead } of lost.values()) {
+      if (dead && (await this.takeOver(contact, batches))) continue
       const released = await this.contacts.updateOne(
         { _id: contact._id, state: 'in_progress', claimedBy: contact.claimedBy, claimedAt: contact.claimedAt },
         { $set: { state: 'pending', nextAttemptAt: new Date(now), claimedBy: null, claimedAt: null, lastSkipReason: 'claim_expired', updatedAt: new Date(now) } },
@@ -177,22 +178,22 @@ export class Scheduler {
     }
   }
 
-  /** Settles a lost claim with the outcome its attempt's provider has for it; false when it has none. */
-  private async settleReported(contact: ContactDoc, now: number, batches: Map<string, BatchDoc | null>): Promise<boolean> {
+  /** Takes a dead scheduler's claim and attempt over when the attempt's provider can follow it from here; false when it cannot. */
+  private async takeOver(contact: ContactDoc, batches: Map<string, BatchDoc | null>): Promise<boolean> {
     const attempt = await this.deps.attempts.docs.findOne({ contactId: contact._id, outcome: null, workerId: contact.claimedBy })
     if (!attempt) return false
     let batch = batches.get(contact.batchId)
     if (batch === undefined) batches.set(contact.batchId, (batch = await this.batchDocs.findOne({ _id: contact.batchId })))
     if (!batch) return false
     const provider = this.deps.providers(batch.channel, batch.rules ?? {})
-    if (provider.name !== attempt.provider || !provider.outcomeOf) return false
-    const reported = await provider.outcomeOf(attempt._id)
-    if (!reported) return false
-    const at = new Date(now)
-    // Another scheduler looking at the same time: one of them ends the attempt and settles.
-    if (await this.deps.attempts.finish(attempt._id, reported.outcome, reported.detail ?? null, at)) {
-      await this.settle(batch, contact, attempt.address, reported.outcome, at, { claimedBy: contact.claimedBy ?? null, claimedAt: contact.claimedAt ?? null })
-    }
+    if (provider.name !== attempt.provider || !provider.resume) return false
+    const resume = provider.resume.bind(provider)
+    // Another scheduler looking at the same time: one of them takes it.
+    const taken = await this.contacts.updateOne({ _id: contact._id, state: 'in_progress', claimedBy: contact.claimedBy, claimedAt: contact.claimedAt }, { $set: { claimedBy: this.workerId } })
+    if (taken.matchedCount === 0) return true
+    await this.deps.attempts.docs.updateOne({ _id: attempt._id, outcome: null }, { $set: { workerId: this.workerId } })
+    const address = contact.addresses.find(a => a.address === attempt.address) ?? { address: attempt.address, type: attempt.type, priority: 0 }
+    this.follow(batch, { ...contact, claimedBy: this.workerId }, address, attempt._id, () => resume(attempt._id, new Date(attempt.startedAt).getTime()))
     return true
   }
 
@@ -331,24 +332,31 @@ export class Scheduler {
       startedAt: new Date(now),
       endedAt: null,
     })
+    this.follow(batch, contact, address, attemptId, () =>
+      provider.dial({
+        attemptId,
+        accountId: contact.accountId,
+        batchId: contact.batchId,
+        contactId: contact._id,
+        identifier: contact.identifier,
+        channel: batch.channel,
+        address,
+        attemptNumber,
+        name: contact.name,
+        customFields: contact.customFields ?? {},
+      }),
+    )
+  }
+
+  /** Runs the provider's side of an attempt in the background (a throw counts as `failed`), then records its result. */
+  private follow(batch: BatchDoc, contact: ContactDoc, address: AddressDoc, attemptId: string, result: () => Promise<AttemptResult>) {
     const run = (async () => {
       let outcome: Outcome
       let detail: string | null
       try {
-        const result = await provider.dial({
-          attemptId,
-          accountId: contact.accountId,
-          batchId: contact.batchId,
-          contactId: contact._id,
-          identifier: contact.identifier,
-          channel: batch.channel,
-          address,
-          attemptNumber,
-          name: contact.name,
-          customFields: contact.customFields ?? {},
-        })
-        outcome = result.outcome
-        detail = result.detail ?? null
+        const ended = await result()
+        outcome = ended.outcome
+        detail = ended.detail ?? null
       } catch (error) {
         outcome = 'failed'
         detail = `provider error: ${(error as Error).message}`
@@ -361,17 +369,13 @@ export class Scheduler {
   }
 
   private async record(batch: BatchDoc, contact: ContactDoc, address: AddressDoc, attemptId: string, outcome: Outcome, detail: string | null) {
-    const at = new Date(this.platform.clock.now())
+    const endedAt = this.platform.clock.now()
+    const at = new Date(endedAt)
     await this.deps.attempts.finish(attemptId, outcome, detail, at)
-    await this.settle(batch, contact, address.address, outcome, at, { claimedBy: this.workerId })
-  }
-
-  /** The contact after an attempt's outcome (`claim`: what it must still hold): counted, then due again or done. */
-  private async settle(batch: BatchDoc, contact: ContactDoc, address: string, outcome: Outcome, at: Date, claim: { claimedBy: string | null; claimedAt?: Date | null }) {
-    const next = afterOutcome((batch.rules ?? {}) as BatchRules, contact, address, outcome, at.getTime())
-    const inc = { attempts: 1, [`addressAttempts.${addressKey(address)}`]: 1 }
+    const next = afterOutcome((batch.rules ?? {}) as BatchRules, contact, address.address, outcome, endedAt)
+    const inc = { attempts: 1, [`addressAttempts.${addressKey(address.address)}`]: 1 }
     const settled = await this.contacts.updateOne(
-      { _id: contact._id, state: 'in_progress', ...claim },
+      { _id: contact._id, state: 'in_progress', claimedBy: this.workerId },
       {
         $inc: inc,
         $set: {
@@ -390,7 +394,7 @@ export class Scheduler {
     // decision and its outcome, and let go of the claim so the contact can be dialed again.
     if (settled.matchedCount === 0) {
       await this.contacts.updateOne({ _id: contact._id }, { $inc: inc, $set: { updatedAt: at } })
-      await this.contacts.updateOne({ _id: contact._id, claimedBy: claim.claimedBy }, { $set: { claimedBy: null, claimedAt: null } })
+      await this.contacts.updateOne({ _id: contact._id, claimedBy: this.workerId }, { $set: { claimedBy: null, claimedAt: null } })
     } else if (next.state !== 'pending') {
       await this.active.reconcile(contact.accountId, { ids: [contact._id] })
     }
