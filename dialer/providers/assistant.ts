@@ -9,9 +9,11 @@
 //   anything else (destroyed, finished, admin_destroyed, ...)   -> answered
 // A session that cannot be opened (unknown crew, crew full) is `failed`.
 import { randomUUID } from 'node:crypto'
-import type { SessionTransport, Subscription } from '../../engine/transport.js'
+import type { SessionTransport, Subscription, TransportListener } from '../../engine/transport.js'
 import type { Outcome } from '../rules.js'
-import type { AttemptRequest, AttemptResult, Provider } from './types.js'
+import type { AttemptRequest, AttemptResult, Provider, ResumedAttempt } from './types.js'
+
+const NO_ENGINE: AttemptResult = { outcome: 'failed', detail: 'no assistant engine in this process (run the dialer workers with ROLE=all)' }
 
 export const DEFAULT_OUTBOUND_TEXT = 'Hello {{name}}, this is an automated call from our contact center. Do you have a minute?'
 
@@ -38,29 +40,20 @@ export class AssistantProvider {
 
   /** The provider as one batch sees it (its crew and first message). */
   forBatch(rules: AssistantRules): Provider {
-    return { name: this.name, dial: attempt => this.dial(attempt, rules) }
+    return { name: this.name, dial: attempt => this.dial(attempt, rules), resume: attempt => this.resume(attempt) }
   }
 
   async dial(attempt: AttemptRequest, rules: AssistantRules = {}): Promise<AttemptResult> {
     if (attempt.channel === 'email') return { outcome: 'failed', detail: 'the assistant provider dials phone and whatsapp only' }
     const transport = this.transport()
-    if (!transport) return { outcome: 'failed', detail: 'no assistant engine in this process (run the dialer workers with ROLE=all)' }
+    if (!transport) return NO_ENGINE
     const crewId = rules.crewId ?? this.defaultCrewId
     const text = (rules.outboundText ?? DEFAULT_OUTBOUND_TEXT).replace(/\{\{name\}\}/g, attempt.name)
     const sessionId = attempt.attemptId
-    return new Promise<AttemptResult>(resolve => {
-      let subscription: Subscription | undefined
-      let settled = false
-      const settle = (result: AttemptResult) => {
-        if (settled) return
-        settled = true
-        this.pending.delete(attempt.attemptId)
-        subscription?.unsubscribe()
-        resolve(result)
-      }
-      this.pending.set(attempt.attemptId, settle)
-      transport
-        .create(
+    return this.untilClosed(
+      sessionId,
+      listener =>
+        transport.create(
           {
             sessionId,
             consumerId: randomUUID(),
@@ -69,17 +62,52 @@ export class AssistantProvider {
             arguments: { ...attempt.customFields },
             outbound: { type: 'static', parameters: { text } },
           },
-          event => {
-            if (event.kind === 'closed') settle({ outcome: outcomeOfClose(event.reason), detail: `session ${sessionId} on crew ${crewId} closed: ${event.reason}` })
-          },
-        )
-        .then(
-          sub => {
-            subscription = sub
-            if (settled) sub.unsubscribe()
-          },
-          error => settle({ outcome: 'failed', detail: `assistant session not opened on crew ${crewId}: ${(error as Error).message}` }),
-        )
+          listener,
+        ),
+      `on crew ${crewId}`,
+      error => `assistant session not opened on crew ${crewId}: ${error.message}`,
+    )
+  }
+
+  /**
+   * An attempt whose scheduler died: its session (the attempt id) lives on in the store, and is
+   * followed from here to its close (restored on this engine if it has to be). One that cannot
+   * be reached any more (destroyed meanwhile: its end is not known here) ends as `failed`.
+   */
+  async resume(attempt: ResumedAttempt): Promise<AttemptResult> {
+    const transport = this.transport()
+    if (!transport) return NO_ENGINE
+    const sessionId = attempt.attemptId
+    return this.untilClosed(
+      sessionId,
+      listener => transport.subscribe({ sessionId, accountId: attempt.accountId }, listener),
+      '(followed after its scheduler died)',
+      error => `assistant session ${sessionId} could not be followed after its scheduler died: ${error.message}`,
+    )
+  }
+
+  /** Resolves when the session opened (or joined) by `open` closes; its close reason is the outcome. */
+  private untilClosed(sessionId: string, open: (listener: TransportListener) => Promise<Subscription>, where: string, notOpened: (error: Error) => string): Promise<AttemptResult> {
+    return new Promise<AttemptResult>(resolve => {
+      let subscription: Subscription | undefined
+      let settled = false
+      const settle = (result: AttemptResult) => {
+        if (settled) return
+        settled = true
+        this.pending.delete(sessionId)
+        subscription?.unsubscribe()
+        resolve(result)
+      }
+      this.pending.set(sessionId, settle)
+      open(event => {
+        if (event.kind === 'closed') settle({ outcome: outcomeOfClose(event.reason), detail: `session ${sessionId} ${where} closed: ${event.reason}` })
+      }).then(
+        sub => {
+          subscription = sub
+          if (settled) sub.unsubscribe()
+        },
+        error => settle({ outcome: 'failed', detail: notOpened(error as Error) }),
+      )
     })
   }
 

@@ -17,6 +17,14 @@ export interface AttemptRequest {
   customFields: Record<string, unknown>
 }
 
+/** What a provider needs to follow an attempt it did not start here. */
+export interface ResumedAttempt {
+  attemptId: string
+  accountId: string
+  /** Service-clock time of its start. */
+  startedAt: number
+}
+
 export interface AttemptResult {
   outcome: Outcome
   /** Free text kept with the attempt (a provider's reason or reference). */
@@ -29,8 +37,9 @@ export interface Provider {
   dial(attempt: AttemptRequest): Promise<AttemptResult>
   /**
    * Follows, from this process, an attempt whose scheduler died before it ended (its process was
-   * killed) and that goes on elsewhere (a webhook receiver's call): resolves when it ends.
-   * Providers without it have attempts that died with their process (closed as `failed`).
+   * killed) and that goes on elsewhere (a webhook receiver's call, a restorable assistant
+   * session): resolves when it ends. Providers without it have attempts that died with their
+   * process (closed as `failed`).
    */
-  resume?(attemptId: string, startedAt: number): Promise<AttemptResult>
+  resume?(attempt: ResumedAttempt): Promise<AttemptResult>
 }

@@ -11,7 +11,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto'
 import { ApiError } from '../../gateway/errors.js'
 import { DuplicateKeyError, type Collection } from '../../platform/store/index.js'
 import type { Outcome } from '../rules.js'
-import type { AttemptRequest, AttemptResult, Provider } from './types.js'
+import type { AttemptRequest, AttemptResult, Provider, ResumedAttempt } from './types.js'
 
 export const WEBHOOK_REPORTS = 'dialer_webhook_reports'
 /** A callback whose timestamp is further than this from now is refused (replays). */
@@ -161,7 +161,7 @@ export class WebhookProvider implements Provider {
    * An attempt whose scheduler died (the receiver took it; the call goes on there): its report,
    * stored by whichever process received it, until the outcome timeout counted from its start.
    */
-  async resume(attemptId: string, startedAt: number): Promise<AttemptResult> {
+  async resume({ attemptId, startedAt }: ResumedAttempt): Promise<AttemptResult> {
     const reported = new Promise<AttemptResult>(resolve => this.waiters.set(attemptId, resolve))
     try {
       return await this.awaitOutcome(attemptId, reported, startedAt + this.options.outcomeTimeoutMs, 'webhook took the attempt (its scheduler died since)')

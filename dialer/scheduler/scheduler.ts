@@ -193,7 +193,9 @@ export class Scheduler {
     if (taken.matchedCount === 0) return true
     await this.deps.attempts.docs.updateOne({ _id: attempt._id, outcome: null }, { $set: { workerId: this.workerId } })
     const address = contact.addresses.find(a => a.address === attempt.address) ?? { address: attempt.address, type: attempt.type, priority: 0 }
-    this.follow(batch, { ...contact, claimedBy: this.workerId }, address, attempt._id, () => resume(attempt._id, new Date(attempt.startedAt).getTime()))
+    this.follow(batch, { ...contact, claimedBy: this.workerId }, address, attempt._id, () =>
+      resume({ attemptId: attempt._id, accountId: attempt.accountId, startedAt: new Date(attempt.startedAt).getTime() }),
+    )
     return true
   }
 
