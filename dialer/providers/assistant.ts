@@ -11,8 +11,10 @@
 import { randomUUID } from 'node:crypto'
 import type { SessionTransport, Subscription, TransportListener } from '../../engine/transport.js'
 import type { Outcome } from '../rules.js'
-import type { AttemptRequest, AttemptResult, Provider, ResumedAttempt } from './types.js'
+import { AttemptHandedOver, type AttemptRequest, type AttemptResult, type Provider, type ResumedAttempt } from './types.js'
 
+/** What close() hands the attempts still in their session (an identity, never recorded). */
+const STOPPED: AttemptResult = { outcome: 'failed', detail: 'service stopped before the assistant session ended' }
 const NO_ENGINE: AttemptResult = { outcome: 'failed', detail: 'no assistant engine in this process (run the dialer workers with ROLE=all)' }
 
 export const DEFAULT_OUTBOUND_TEXT = 'Hello {{name}}, this is an automated call from our contact center. Do you have a minute?'
@@ -108,11 +110,14 @@ export class AssistantProvider {
         },
         error => settle({ outcome: 'failed', detail: notOpened(error as Error) }),
       )
+    }).then(result => {
+      if (result === STOPPED) throw new AttemptHandedOver(`service stopped during session ${sessionId}: the next scheduler follows it`)
+      return result
     })
   }
 
-  /** Service stopping: attempts whose session is still open end as `failed` (the session stays). */
+  /** Service stopping: attempts whose session is still open are handed over (AttemptHandedOver); the session stays. */
   close() {
-    for (const settle of [...this.pending.values()]) settle({ outcome: 'failed', detail: 'service stopped before the assistant session ended' })
+    for (const settle of [...this.pending.values()]) settle(STOPPED)
   }
 }

@@ -17,6 +17,15 @@ export interface AttemptRequest {
   customFields: Record<string, unknown>
 }
 
+/**
+ * Thrown by an attempt that goes on elsewhere (a receiver's call, an assistant session) when the
+ * service stops: it is not recorded, it stays in flight, and the scheduler that takes this one's
+ * claims over (the next process, or another worker) follows it to its end (Provider.resume).
+ */
+export class AttemptHandedOver extends Error {
+  override name = 'AttemptHandedOver'
+}
+
 /** What a provider needs to follow an attempt it did not start here. */
 export interface ResumedAttempt {
   attemptId: string

@@ -11,7 +11,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto'
 import { ApiError } from '../../gateway/errors.js'
 import { DuplicateKeyError, type Collection } from '../../platform/store/index.js'
 import type { Outcome } from '../rules.js'
-import type { AttemptRequest, AttemptResult, Provider, ResumedAttempt } from './types.js'
+import { AttemptHandedOver, type AttemptRequest, type AttemptResult, type Provider, type ResumedAttempt } from './types.js'
 
 export const WEBHOOK_REPORTS = 'dialer_webhook_reports'
 /** A callback whose timestamp is further than this from now is refused (replays). */
@@ -67,6 +67,9 @@ const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, Math.max(0, m
 
 class Permanent extends Error {}
 
+/** What close() hands the attempts waiting for a report (an identity, never recorded). */
+const STOPPED: AttemptResult = { outcome: 'failed', detail: 'service stopped before the webhook reported an outcome' }
+
 export class WebhookProvider implements Provider {
   readonly name = 'webhook'
   private readonly waiters = new Map<string, (result: AttemptResult) => void>()
@@ -102,8 +105,9 @@ export class WebhookProvider implements Provider {
       try {
         tries = await this.deliver(attempt.attemptId, body)
       } catch (error) {
-        // A receiver that reported (or a stop) before its POST finally failed: that result counts.
-        return early ?? { outcome: 'failed', detail: `webhook not delivered: ${(error as Error).message}` }
+        // A receiver that reported before its POST finally failed: that result counts. A stop
+        // before any try got through: the receiver never took the call.
+        return early && early !== STOPPED ? early : { outcome: 'failed', detail: `webhook not delivered: ${(error as Error).message}` }
       }
       return await this.awaitOutcome(attempt.attemptId, reported, Date.now() + this.options.outcomeTimeoutMs, `webhook accepted the attempt (try ${tries})`)
     } finally {
@@ -150,6 +154,7 @@ export class WebhookProvider implements Provider {
     for (;;) {
       const left = deadline - Date.now()
       const result = await Promise.race([reported, sleep(Math.min(pollMs, left)).then(() => null)])
+      if (result === STOPPED) throw new AttemptHandedOver(`service stopped while the receiver has attempt ${attemptId}: the next scheduler follows it`)
       if (result) return result
       const doc = await this.reports?.findOne({ _id: attemptId })
       if (doc) return { outcome: doc.outcome, detail: doc.detail ?? 'reported by webhook' }
@@ -175,10 +180,10 @@ export class WebhookProvider implements Provider {
     this.waiters.get(attemptId)?.(result)
   }
 
-  /** Service stopping: attempts still waiting for their outcome end as `failed`. */
+  /** Service stopping: attempts the receiver took are handed over (AttemptHandedOver), the others end as `failed`. */
   close() {
     this.closed = true
-    for (const settle of this.waiters.values()) settle({ outcome: 'failed', detail: 'service stopped before the webhook reported an outcome' })
+    for (const settle of this.waiters.values()) settle(STOPPED)
   }
 }
 

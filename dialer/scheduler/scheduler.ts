@@ -29,7 +29,7 @@ import type { BatchDoc } from '../batches.js'
 import type { BatchLog } from '../batch-log.js'
 import type { Attempts } from '../attempts.js'
 import type { ProviderFor } from '../providers/index.js'
-import type { AttemptResult } from '../providers/types.js'
+import { AttemptHandedOver, type AttemptResult } from '../providers/types.js'
 import { addressKey, afterOutcome, type BatchRules, blockKey, dialability, type NotDialableReason, type Outcome } from '../rules.js'
 
 /** Rounds of (select, check, claim) per batch and cycle; each round fills the room left. */
@@ -360,6 +360,8 @@ export class Scheduler {
         outcome = ended.outcome
         detail = ended.detail ?? null
       } catch (error) {
+        // Goes on elsewhere: left in flight for the scheduler that takes this one's claims over.
+        if (error instanceof AttemptHandedOver) return
         outcome = 'failed'
         detail = `provider error: ${(error as Error).message}`
       }

@@ -9,7 +9,8 @@ import type { AddressInfo } from 'node:net'
 import { call, STORES, startTestService } from '../support/harness.js'
 import { contact, createBatch, load, phone, startBatch } from '../support/dialer.js'
 import { schedulerOf } from '../../dialer/scheduler/index.js'
-import { signWebhook, WebhookProvider } from '../../dialer/providers/index.js'
+import { signWebhook, WEBHOOK_REPORTS, WebhookProvider, type WebhookReportDoc } from '../../dialer/providers/index.js'
+import { MemoryStore } from '../../platform/store/index.js'
 import { loadConfig } from '../../platform/config.js'
 
 const SECRET = 'test-webhook-secret-0123456789abcdef'
@@ -295,7 +296,8 @@ t.test('stopping the service ends an attempt still being retried, without furthe
   })
   await new Promise(r => setTimeout(r, 100))
   provider.close()
-  t.match(await pending, { outcome: 'failed', detail: /service stopped/ })
+  // The receiver never took it (503 each time): failed, not handed over.
+  t.match(await pending, { outcome: 'failed', detail: /webhook not delivered: service stopping/ })
   t.ok(Date.now() - started < 1000, 'ended at once')
   await new Promise(r => setTimeout(r, 400))
   t.equal(receiver.deliveries.length, 1, 'no delivery after the stop')
@@ -309,4 +311,35 @@ t.test('DIALER_PROVIDERS is checked at start', async t => {
   t.throws(() => loadConfig({ DIALER_PROVIDERS: 'email=assistant' }), /phone and whatsapp only/)
   t.throws(() => loadConfig({ DIALER_PROVIDERS: 'email=webhook' }), /DIALER_WEBHOOK_URL and DIALER_WEBHOOK_SECRET/)
   t.throws(() => loadConfig({ DIALER_PROVIDERS: 'email=webhook', DIALER_WEBHOOK_URL: 'ftp://x', DIALER_WEBHOOK_SECRET: 's' }), /DIALER_WEBHOOK_URL must use/)
+})
+
+t.test('stopping the service hands over an attempt the receiver took; resume() in the next process follows it to its report', async t => {
+  const receiver = await startReceiver(t)
+  const reports = new MemoryStore().collection<WebhookReportDoc>(WEBHOOK_REPORTS)
+  const options = { url: receiver.url, secret: SECRET, callbackBaseUrl: 'http://127.0.0.1:1', timeoutMs: 1000, maxTries: 1, backoffMs: 0, outcomeTimeoutMs: 60_000, pollMs: 50 }
+  const request = {
+    attemptId: 'a2',
+    accountId: 'acme',
+    batchId: 'b',
+    contactId: 'c',
+    identifier: 'c2',
+    channel: 'phone' as const,
+    address: { address: phone(2), type: 'phone' as const, priority: 1 },
+    attemptNumber: 1,
+    name: 'x',
+    customFields: {},
+  }
+  const provider = new WebhookProvider(options, reports)
+  const pending = provider.dial(request)
+  for (let i = 0; i < 100 && receiver.deliveries.length === 0; i++) await new Promise(r => setTimeout(r, 20))
+  await new Promise(r => setTimeout(r, 50))
+  provider.close()
+  await t.rejects(pending, { name: 'AttemptHandedOver' }, 'the call goes on at the receiver: handed over, not recorded as failed')
+
+  const next = new WebhookProvider(options, reports)
+  const followed = next.resume({ attemptId: 'a2', accountId: 'acme', startedAt: Date.now() })
+  await reports.insertOne({ _id: 'a2', outcome: 'answered', detail: 'carrier', receivedAt: new Date() })
+  t.match(await followed, { outcome: 'answered', detail: 'carrier' }, 'its report, stored by any process, ends it')
+  const late = await next.resume({ attemptId: 'a3', accountId: 'acme', startedAt: Date.now() - 60_000 })
+  t.match(late, { outcome: 'failed', detail: /reported no outcome within 60000 ms/ }, 'the outcome timeout counts from the attempt\'s start')
 })

@@ -145,39 +145,44 @@ t.test('kill -9 during webhook calls: the next process follows them to the outco
   t.equal(await third.terminate(), 0)
 })
 
-t.test('kill -9 during an assistant attempt: the next process follows its session to its end; the contact is not called twice', async t => {
-  const dataDir = mkdtempSync(join(tmpdir(), 'sb-dialer-assistant-restart-'))
-  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
-  const env = { DATA_DIR: dataDir, API_KEYS, LOG_LEVEL: 'warn', DIALER_CYCLE_MS: '100', DIALER_SCHEDULER_DEAD_AFTER_MS: '2000', DIALER_PROVIDERS: 'phone=assistant' }
-  const first = await startProcess(t, 'assistant-1', env)
-  await waitHealthy(first)
-  const batchId = await createBatch(first.base, { rules: { maxAttempts: 2 } })
-  await load(first.base, batchId, contact(900))
-  await startBatch(first.base, batchId)
-  const attempts = async (base: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts?limit=10`)).json.data as any[]
-  let inFlight: any
-  for (let i = 0; i < 200 && !inFlight; i++) {
-    inFlight = (await attempts(first.base)).find(a => a.outcome === null)
-    if (!inFlight) await sleep(50)
-  }
-  t.ok(inFlight, 'an assistant attempt in flight: its session is open')
-  await first.kill()
+// A kill -9, and a clean stop (a rolling restart): either way the conversation goes on.
+for (const stop of ['kill', 'terminate'] as const) {
+  t.test(`${stop === 'kill' ? 'kill -9' : 'a clean stop'} during an assistant attempt: the next process follows its session to its end; the contact is not called twice`, async t => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'sb-dialer-assistant-restart-'))
+    t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
+    const env = { DATA_DIR: dataDir, API_KEYS, LOG_LEVEL: 'warn', DIALER_CYCLE_MS: '100', DIALER_SCHEDULER_DEAD_AFTER_MS: '2000', DIALER_PROVIDERS: 'phone=assistant' }
+    const first = await startProcess(t, 'assistant-1', env)
+    await waitHealthy(first)
+    const batchId = await createBatch(first.base, { rules: { maxAttempts: 2 } })
+    await load(first.base, batchId, contact(900))
+    await startBatch(first.base, batchId)
+    const attempts = async (base: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts?limit=10`)).json.data as any[]
+    let inFlight: any
+    for (let i = 0; i < 200 && !inFlight; i++) {
+      inFlight = (await attempts(first.base)).find(a => a.outcome === null)
+      if (!inFlight) await sleep(50)
+    }
+    t.ok(inFlight, 'an assistant attempt in flight: its session is open')
+    if (stop === 'kill') await first.kill()
+    else t.equal(await first.terminate(), 0, 'stopped cleanly with the attempt in flight')
 
-  // The session (id: the attempt id) lives on in the store; the new process's scheduler takes
-  // the attempt over and follows the session, which restores it on this engine.
-  const second = await startProcess(t, 'assistant-2', env)
-  await waitHealthy(second)
-  const live = async () => /switchboard_sessions_live\{crew="demo"\} 1/.test(await (await fetch(`${second.metricsBase}/metrics`)).text())
-  for (let i = 0; i < 200 && !(await live()); i++) await sleep(50)
-  t.ok(await live(), 'the session is restored to be followed')
-  const ended = await call(second.base, 'DELETE', `${CHANNEL}/${inFlight.attemptId}`, { body: { reason: 'finished' } })
-  t.equal(ended.status, 201, 'the conversation ends (the customer hangs up)')
-  let done: any
-  for (let i = 0; i < 200 && !done; i++) {
-    done = (await attempts(second.base)).find(a => a.attemptId === inFlight.attemptId && a.outcome !== null)
-    if (!done) await sleep(50)
-  }
-  t.match(done, { outcome: 'answered', detail: /followed after its scheduler died\) closed: finished/ }, 'its outcome comes from how the session ended')
-  t.equal((await attempts(second.base)).length, 1, 'one attempt: the contact was not called again')
-  t.equal(await second.terminate(), 0)
-})
+    // The session (id: the attempt id) lives on in the store; the new process's scheduler takes
+    // the attempt over and follows the session, which restores it on this engine.
+    const second = await startProcess(t, 'assistant-2', env)
+    await waitHealthy(second)
+    t.match((await attempts(second.base)).find(a => a.attemptId === inFlight.attemptId), { outcome: null }, 'not closed as failed by the stop')
+    const live = async () => /switchboard_sessions_live\{crew="demo"\} 1/.test(await (await fetch(`${second.metricsBase}/metrics`)).text())
+    for (let i = 0; i < 200 && !(await live()); i++) await sleep(50)
+    t.ok(await live(), 'the session is restored to be followed')
+    const ended = await call(second.base, 'DELETE', `${CHANNEL}/${inFlight.attemptId}`, { body: { reason: 'finished' } })
+    t.equal(ended.status, 201, 'the conversation ends (the customer hangs up)')
+    let done: any
+    for (let i = 0; i < 200 && !done; i++) {
+      done = (await attempts(second.base)).find(a => a.attemptId === inFlight.attemptId && a.outcome !== null)
+      if (!done) await sleep(50)
+    }
+    t.match(done, { outcome: 'answered', detail: /followed after its scheduler died\) closed: finished/ }, 'its outcome comes from how the session ended')
+    t.equal((await attempts(second.base)).length, 1, 'one attempt: the contact was not called again')
+    t.equal(await second.terminate(), 0)
+  })
+}
