@@ -98,7 +98,7 @@ export class Scheduler {
     clearTimeout(this.timer)
     await this.cycle?.catch(() => undefined)
     await this.drain()
-    await this.presence.stop()
+    await this.presence.stop().catch(error => this.platform.logger.warn('dialer scheduler beat not removed (others take its claims over once it is old)', { error, workerId: this.workerId }))
   }
 
   get attemptsInFlight() {
@@ -151,9 +151,10 @@ export class Scheduler {
   /**
    * Contacts claimed by a scheduler that stopped beating (its process died), or longer than
    * DIALER_CLAIM_TIMEOUT_MS ago (a scheduler that lives but lost track of them): the attempt is
-   * closed as `failed` and the contact is due again. A dead scheduler's attempt that goes on
-   * elsewhere (a webhook receiver's call) is taken over instead: this scheduler follows it to its
-   * outcome (Provider.resume) and records it, and the contact is not dialed a second time.
+   * closed as `failed` and the contact is due again. A dead (or stopped) scheduler's attempt that
+   * goes on elsewhere (a webhook receiver's call, an assistant session) is taken over instead:
+   * this scheduler follows it to its outcome (Provider.resume) and records it, and the contact is
+   * not dialed a second time.
    */
   private async recoverExpiredClaims(now: number) {
     const expired = new Date(now - this.platform.config.dialer.claimTimeoutMs)
