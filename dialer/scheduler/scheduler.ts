@@ -19,6 +19,9 @@
 // claiming in the same instant may overshoot by what each claims in that instant).
 // Stopping a batch stops new claims at once (the status is re-read before every round of
 // claims); attempts in flight finish and are recorded.
+// Lost claims: every scheduler beats (presence.ts); the claims of one that stopped beating (its
+// process died, or stopped) are taken over when their attempts go on elsewhere (followed to
+// their end), else released and dialed again.
 import type { Platform } from '../../platform/index.js'
 import type { Collection } from '../../platform/store/index.js'
 import { newId, newOrderedId } from '../../platform/ids.js'
