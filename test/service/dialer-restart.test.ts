@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { API_KEYS, call } from '../support/harness.js'
 import { startProcess, waitHealthy } from '../support/processes.js'
-import { CHANNEL } from '../support/sse.js'
+import { ADMIN, CHANNEL } from '../support/sse.js'
 import { contact, createBatch, load, startBatch } from '../support/dialer.js'
 import { signWebhook } from '../../dialer/providers/index.js'
 
@@ -162,7 +162,12 @@ for (const stop of ['kill', 'terminate'] as const) {
       inFlight = (await attempts(first.base)).find(a => a.outcome === null)
       if (!inFlight) await sleep(50)
     }
-    t.ok(inFlight, 'an assistant attempt in flight: its session is open')
+    t.ok(inFlight, 'an assistant attempt in flight')
+    // The attempt is recorded before its session is created: wait for the session itself (a kill
+    // before its insert leaves nothing to follow, and that attempt is failed and retried).
+    const opened = async () => (await call(first.base, 'GET', `${ADMIN}/${inFlight.attemptId}/history`, { headers: { UserId: 'supervisor-1' } })).status === 200
+    for (let i = 0; i < 200 && !(await opened()); i++) await sleep(50)
+    t.ok(await opened(), 'its session is open')
     if (stop === 'kill') await first.kill()
     else t.equal(await first.terminate(), 0, 'stopped cleanly with the attempt in flight')
 
