@@ -60,13 +60,14 @@ async function nodeWithSession(store: Store, create: Record<string, unknown> = {
   return { a, c }
 }
 
-/** Node B on the same store: its listener restores the session and waits for its next assistant.message. */
-async function answeredOnAnotherNode(t: { teardown(fn: () => unknown): void }, store: Store) {
+/** Node B on the same store: its listener restores the session, `ask` (if given) is sent, and it waits for the next assistant.message. */
+async function answeredOnAnotherNode(t: { teardown(fn: () => unknown): void }, store: Store, ask?: string) {
   const b = node(store)
   await b.start()
   t.teardown(() => b.stop())
   const c = collector()
   await b.transport.subscribe(target, c.listener)
+  if (ask !== undefined) await b.transport.command(target, { type: 'user.message', consumerId: 'c1', text: ask })
   await c.until('assistant.message')
   return { b, c }
 }
@@ -130,13 +131,7 @@ t.test('a session restored before its first turn numbers its events after every 
   await a.stop()
   t.equal((await store.collection('engine_sessions').findOne({ _id: SESSION }))!.eventSeqBound, 2, 'a clean stop leaves the exact last id')
 
-  const b = node(store)
-  await b.start()
-  t.teardown(() => b.stop())
-  const c2 = collector()
-  await b.transport.subscribe(target, c2.listener)
-  await b.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'hello again' })
-  await c2.until('assistant.message')
+  const { c: c2 } = await answeredOnAnotherNode(t, store, 'hello again')
   t.equal((c2.events.find(e => e.kind === 'event' && e.name === 'crew.status.writing') as any).seq, 3, 'the next event after the restore is 3')
 })
 
@@ -164,13 +159,7 @@ t.test('during a long reply the document keeps a bound past every event id sent;
   await a.stop()
   await sessions.updateOne({ _id: SESSION }, { $set: { eventSeqBound: reserved } })
 
-  const b = node(store)
-  await b.start()
-  t.teardown(() => b.stop())
-  const c2 = collector()
-  await b.transport.subscribe(target, c2.listener)
-  await b.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'after the crash' })
-  await c2.until('assistant.message')
+  const { c: c2 } = await answeredOnAnotherNode(t, store, 'after the crash')
   const seqs = c2.events.map(e => e.seq)
   t.equal(seqs[0], reserved + 1, `numbered on from the bound (${seqs[0]})`)
   t.same(seqs, seqs.map((_, i) => reserved + 1 + i), 'one by one from there')
