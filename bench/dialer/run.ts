@@ -41,7 +41,7 @@ import type { BatchDoc } from '../../dialer/batches.js'
 import { ManualClock, schedulerOf } from '../../dialer/scheduler/index.js'
 import { progressOf, PROGRESS_FIELDS } from '../../dialer/scheduler/control.js'
 import { ProfileWindow } from '../profile-window.js'
-import { runHeader, writeResults } from '../support.js'
+import { GcTally, runHeader, writeResults } from '../support.js'
 import { countByPipeline, countRowsOf } from '../../platform/store/counted-index.js'
 
 const SMALL = Number(process.env.DIALER_BENCH_SMALL ?? 100_000)
@@ -289,12 +289,20 @@ interface DispatchRow {
   attempts: number
   seconds: number
   attemptsPerSecond: number
+  /** This process's CPU time (all threads) per attempt, in µs. */
+  cpuUsPerAttempt: number
+  /** Garbage-collection pauses of the window per attempt, in µs (young and old generation). */
+  gcUsPerAttempt: { young: number; old: number }
 }
+
+const gc = new GcTally()
 
 async function dispatch(n: number): Promise<DispatchRow> {
   await batches.updateOne({ _id: batchId }, { $set: { rules: { maxInFlight: DISPATCH_ROOM } } })
   const profile = await ProfileWindow.start()
   const t0 = process.hrtime.bigint()
+  const cpu0 = process.cpuUsage()
+  gc.reset()
   let attempts = 0
   let cycles = 0
   while (ms(t0) < DISPATCH_MS && !pastDeadline()) {
@@ -305,10 +313,26 @@ async function dispatch(n: number): Promise<DispatchRow> {
   }
   await scheduler.drain()
   const seconds = ms(t0) / 1000
+  const cpu = process.cpuUsage(cpu0)
+  await new Promise(r => setImmediate(r)) // the last collections' entries
+  const collected = gc.read()
   await profile?.stop(`dispatch-${n}`)
   await batches.updateOne({ _id: batchId }, { $set: { rules: { maxInFlight: CYCLE_ROOM } } })
-  const row = { contacts: n, complete: !pastDeadline(), cycles, attempts, seconds: round(seconds, 2), attemptsPerSecond: Math.round(attempts / seconds) }
-  console.log(`${n} contacts: ${attempts} attempts dispatched in ${row.seconds} s over ${cycles} cycles: ${row.attemptsPerSecond}/s`)
+  const perAttempt = (totalUs: number) => (attempts === 0 ? 0 : Math.round(totalUs / attempts))
+  const row: DispatchRow = {
+    contacts: n,
+    complete: !pastDeadline(),
+    cycles,
+    attempts,
+    seconds: round(seconds, 2),
+    attemptsPerSecond: Math.round(attempts / seconds),
+    cpuUsPerAttempt: perAttempt(cpu.user + cpu.system),
+    gcUsPerAttempt: { young: perAttempt(collected.minorMs * 1000), old: perAttempt(collected.majorMs * 1000) },
+  }
+  console.log(
+    `${n} contacts: ${attempts} attempts dispatched in ${row.seconds} s over ${cycles} cycles: ${row.attemptsPerSecond}/s; ` +
+      `CPU ${row.cpuUsPerAttempt} µs per attempt, GC pauses ${row.gcUsPerAttempt.young} µs young + ${row.gcUsPerAttempt.old} µs old`,
+  )
   return row
 }
 

@@ -10,8 +10,9 @@ import { randomUUID } from 'node:crypto'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { getHeapSpaceStatistics } from 'node:v8'
-import { constants, monitorEventLoopDelay, performance, PerformanceObserver } from 'node:perf_hooks'
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks'
 import { ProfileWindow } from '../profile-window.js'
+import { GcTally } from '../support.js'
 
 const mode = process.argv[2]
 const KEY = 'bench-key-0000000000000000'
@@ -24,21 +25,7 @@ const loopDelay = monitorEventLoopDelay({ resolution: 1 })
 loopDelay.enable()
 let cpuMark = process.cpuUsage()
 let eluMark = performance.eventLoopUtilization()
-const gc = { major: 0, minor: 0, majorMs: 0, minorMs: 0, maxMs: 0 }
-new PerformanceObserver(list => {
-  for (const entry of list.getEntries()) {
-    const kind = (entry as any).detail?.kind ?? (entry as any).kind
-    const major = kind === constants.NODE_PERFORMANCE_GC_MAJOR || kind === constants.NODE_PERFORMANCE_GC_INCREMENTAL
-    if (major) {
-      gc.major++
-      gc.majorMs += entry.duration
-    } else {
-      gc.minor++
-      gc.minorMs += entry.duration
-    }
-    gc.maxMs = Math.max(gc.maxMs, entry.duration)
-  }
-}).observe({ entryTypes: ['gc'] })
+const gc = new GcTally()
 
 const oldSpace = () => getHeapSpaceStatistics().find(s => s.space_name === 'old_space')?.space_used_size ?? 0
 
@@ -50,7 +37,7 @@ function stats() {
     cpuMs: (cpu.user + cpu.system) / 1000,
     /** Share of the window the event loop was busy (not waiting for I/O). */
     loopUtilization: performance.eventLoopUtilization(eluMark).utilization,
-    gc: { ...gc },
+    gc: gc.read(),
     rss: m.rss,
     heapUsed: m.heapUsed,
     oldSpace: oldSpace(),
@@ -62,7 +49,7 @@ function resetStats() {
   resetExtra()
   cpuMark = process.cpuUsage()
   eluMark = performance.eventLoopUtilization()
-  Object.assign(gc, { major: 0, minor: 0, majorMs: 0, minorMs: 0, maxMs: 0 })
+  gc.reset()
 }
 
 function memory() {

@@ -683,8 +683,13 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   async updateOne(filter: Filter, update: Update, options: { upsert?: boolean } = {}): Promise<UpdateResult> {
     assertSafeUpdate(update)
     const [f, u] = [clone(filter), clone(update)]
-    const { matchedCount, modifiedCount, upsertedId } = await this.write(() => this.updateOneSync(f, u, options))
-    return { matchedCount, modifiedCount, upsertedId }
+    // Only the counts leave the callback: lmdb-js keeps each callback's result until its
+    // transaction commits, and the documents before and after would live that long with it
+    // (long enough to be promoted out of the young generation: most of what a dispatch promoted).
+    return this.write(() => {
+      const { matchedCount, modifiedCount, upsertedId } = this.updateOneSync(f, u, options)
+      return { matchedCount, modifiedCount, upsertedId }
+    })
   }
 
   async updateMany(filter: Filter, update: Update): Promise<UpdateResult> {
