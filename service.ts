@@ -13,6 +13,7 @@ import { type Clock, systemClock } from './platform/clock.js'
 import type { Config } from './platform/config.js'
 import { createLogger, type Logger } from './platform/logger.js'
 import { createMetrics } from './platform/metrics.js'
+import { applyV8Flags } from './platform/v8-flags.js'
 import { embeddedStorePath, LmdbStore, MongoStore, type Store } from './platform/store/index.js'
 import type { Platform } from './platform/index.js'
 import { buildOpenApi, schemas } from './schemas/index.js'
@@ -61,6 +62,7 @@ function openIdempotencyStore(config: Config, main: Store): Store {
 }
 
 export async function startService(config: Config, overrides: ServiceOverrides = {}): Promise<RunningService> {
+  applyV8Flags()
   const uws = loadNativeUws()
   const clock = overrides.clock ?? systemClock
   const logger = overrides.logger ?? createLogger(config.logLevel, { service: 'switchboard', role: config.role })

@@ -419,7 +419,7 @@ async function runTarget(target: string, run: number): Promise<TargetRun> {
         `   ${target} run ${run} @${rate}/s: p50 ${r.rttMs.p50.toFixed(2)} p90 ${r.rttMs.p90.toFixed(2)} p99 ${r.rttMs.p99.toFixed(2)} max ${r.rttMs.max.toFixed(1)} ms (PUT → 201 p50 ${r.ackMs.p50.toFixed(1)} p99 ${r.ackMs.p99.toFixed(1)}); ` +
           `loop delay p99 ${r.loopDelayMs.p99.toFixed(1)} max ${r.loopDelayMs.max.toFixed(1)} ms, busy ${(100 * r.loopUtilization).toFixed(0)} %; ` +
           (r.storeWriteHoldMs ? `store write holds ${r.storeWriteHoldMs.count} p99 ${r.storeWriteHoldMs.p99} max ${r.storeWriteHoldMs.max} ms (waits p99 ${r.storeWriteHoldMs.waits.p99} max ${r.storeWriteHoldMs.waits.max}); ` : '') +
-          `cpu/msg ${r.cpuMsPerMessage.toFixed(3)} ms; lost ${r.lost}; err ${r.errors}; gc major ${r.gc.major} (max ${r.gc.maxMs.toFixed(1)} ms); old space ${r.oldSpaceGrowthMBps.toFixed(2)} MB/s`,
+          `cpu/msg ${r.cpuMsPerMessage.toFixed(3)} ms; lost ${r.lost}; err ${r.errors}; gc young ${(r.sent ? (1000 * r.gc.minorMs) / r.sent : 0).toFixed(0)} µs/msg, major ${r.gc.major} (max ${r.gc.maxMs.toFixed(1)} ms); old space ${r.oldSpaceGrowthMBps.toFixed(2)} MB/s`,
       )
     }
     load.close()
