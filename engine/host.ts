@@ -505,6 +505,11 @@ export class SessionHost {
     return this.position(await this.obtain(target, false))
   }
 
+  /** The close reason an account's ended session left in its tombstone (null: not known to have ended). */
+  closeReason(target: SessionTarget): Promise<string | null> {
+    return this.store.closeReason(target.sessionId, target.accountId)
+  }
+
   private position(live: LiveSession) {
     return { seq: live.eventSeq, epoch: this.epochOf(live.id) }
   }

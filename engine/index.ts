@@ -23,6 +23,7 @@ import { NodeDirectory, Ownership } from './ownership.js'
 import type { EventLog } from './event-log.js'
 import { JetStreamEventLog } from './jetstream-event-log.js'
 import { OrphanReaper } from './reaper.js'
+import { SessionStore } from './session-store.js'
 import type { NatsConnection } from '@nats-io/transport-node'
 
 export { CrewConfigError, loadCrews, parseCrews } from './crews.js'
@@ -153,6 +154,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     subscribe: (target, listener) => ready(remote).subscribe(target, listener),
     replay: (sessionId, after) => ready(remote).replay(sessionId, after),
     lastEvent: sessionId => ready(remote).lastEvent(sessionId),
+    closeReason: target => ready(remote).closeReason(target),
   }
   const hub = newHub(platform, transport)
   const sessions = new SessionDirectory(platform.store, platform.clock, crews)
@@ -174,7 +176,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
         logger,
       })
       if (serving) {
-        remote = new NatsSessionTransport(cluster.nc, directory, log, { timeoutMs: config.engine.requestTimeoutMs, logger })
+        remote = new NatsSessionTransport(cluster.nc, directory, log, { timeoutMs: config.engine.requestTimeoutMs, logger, tombstones: new SessionStore(platform.store) })
         void remote.watchLink(() =>
           hub.resync().then(
             feeds => logger.info('reconnected to NATS: streams read back what they missed', { feeds }),

@@ -24,6 +24,7 @@ import type { Logger } from '../platform/logger.js'
 import type { SessionHost } from './host.js'
 import { eventsSubject, type JetStreamEventLog } from './jetstream-event-log.js'
 import { isNoResponders, NodeDirectory, nodeSubject, Ownership } from './ownership.js'
+import type { SessionStore } from './session-store.js'
 import type {
   CreateSessionRequest,
   FeedSubscription,
@@ -76,8 +77,13 @@ export class NatsSessionTransport implements SessionTransport {
     private readonly nc: NatsConnection,
     private readonly directory: NodeDirectory,
     private readonly log: JetStreamEventLog,
-    private readonly options: { timeoutMs: number; logger: Logger },
+    private readonly options: { timeoutMs: number; logger: Logger; tombstones: Pick<SessionStore, 'closeReason'> },
   ) {}
+
+  /** Read from the shared store: an ended session has no owner to ask. */
+  closeReason(target: SessionTarget) {
+    return this.options.tombstones.closeReason(target.sessionId, target.accountId)
+  }
 
   private async request(subject: string, payload: unknown): Promise<Reply> {
     const msg = await this.nc.request(subject, JSON.stringify(payload), { timeout: this.options.timeoutMs })

@@ -223,6 +223,15 @@ export class SessionStore {
     }
   }
 
+  /**
+   * How an account's session ended, from its tombstone (kept a day): its close reason; null when
+   * no tombstone of that account's session is kept (never existed, still live, or long gone).
+   */
+  async closeReason(sessionId: string, accountId: string): Promise<string | null> {
+    const doc = await this.sessions.findOne({ _id: sessionId, accountId, state: 'destroyed' }, { projection: { closeReason: 1 } })
+    return doc ? (doc.closeReason ?? 'destroyed') : null
+  }
+
   /** The history entries with seq > after, in order (at most `limit`). */
   async entriesAfter(sessionId: string, after: number, limit?: number): Promise<HistoryEntry[]> {
     const docs = await this.log.find({ sessionId, seq: { $gt: after } }, { sort: { seq: 1 }, ...(limit === undefined ? {} : { limit }) })

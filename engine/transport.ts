@@ -69,6 +69,11 @@ export interface SessionTransport {
   replay(sessionId: string, after: number): Promise<TransportEvent[]>
   /** The position of the last entry of the session's log (null: none kept); cheaper than replay(). */
   lastEvent(sessionId: string): Promise<FeedSubscription['position'] | null>
+  /**
+   * How a session of the account that has ended closed (its tombstone's reason, kept a day); null
+   * when it is not known to have ended. For a follower that arrives after the end (subscribe 404s).
+   */
+  closeReason(target: SessionTarget): Promise<string | null>
 }
 
 export class InProcessTransport implements SessionTransport {
@@ -92,5 +97,9 @@ export class InProcessTransport implements SessionTransport {
 
   lastEvent(sessionId: string) {
     return this.host.events.last(sessionId)
+  }
+
+  closeReason(target: SessionTarget) {
+    return this.host.closeReason(target)
   }
 }

@@ -67,29 +67,40 @@ export class AssistantProvider {
           listener,
         ),
       `on crew ${crewId}`,
-      error => `assistant session not opened on crew ${crewId}: ${error.message}`,
+      error => ({ outcome: 'failed', detail: `assistant session not opened on crew ${crewId}: ${error.message}` }),
     )
   }
 
   /**
    * An attempt whose scheduler died: its session (the attempt id) lives on in the store, and is
-   * followed from here to its close (restored on this engine if it has to be). One that cannot
-   * be reached any more (destroyed meanwhile: its end is not known here) ends as `failed`.
+   * followed from here to its close (restored on this engine if it has to be). A session that
+   * ended before it could be followed (while no scheduler watched it: a minute or more) left its
+   * close reason in its tombstone, which decides the outcome as its close would have; one that
+   * cannot be reached and left no tombstone ends as `failed`.
    */
   async resume(attempt: ResumedAttempt): Promise<AttemptResult> {
     const transport = this.transport()
     if (!transport) return NO_ENGINE
-    const sessionId = attempt.attemptId
+    const target = { sessionId: attempt.attemptId, accountId: attempt.accountId }
     return this.untilClosed(
-      sessionId,
-      listener => transport.subscribe({ sessionId, accountId: attempt.accountId }, listener),
+      target.sessionId,
+      listener => transport.subscribe(target, listener),
       '(followed after its scheduler died)',
-      error => `assistant session ${sessionId} could not be followed after its scheduler died: ${error.message}`,
+      async error => {
+        const reason = await transport.closeReason(target).catch(() => null)
+        if (reason !== null) return { outcome: outcomeOfClose(reason), detail: `session ${target.sessionId} had closed before its scheduler's successor followed it: ${reason}` }
+        return { outcome: 'failed', detail: `assistant session ${target.sessionId} could not be followed after its scheduler died: ${error.message}` }
+      },
     )
   }
 
   /** Resolves when the session opened (or joined) by `open` closes; its close reason is the outcome. */
-  private untilClosed(sessionId: string, open: (listener: TransportListener) => Promise<Subscription>, where: string, notOpened: (error: Error) => string): Promise<AttemptResult> {
+  private untilClosed(
+    sessionId: string,
+    open: (listener: TransportListener) => Promise<Subscription>,
+    where: string,
+    notOpened: (error: Error) => AttemptResult | Promise<AttemptResult>,
+  ): Promise<AttemptResult> {
     return new Promise<AttemptResult>(resolve => {
       let subscription: Subscription | undefined
       let settled = false
@@ -108,7 +119,8 @@ export class AssistantProvider {
           subscription = sub
           if (settled) sub.unsubscribe()
         },
-        error => settle({ outcome: 'failed', detail: notOpened(error as Error) }),
+        error =>
+          Promise.resolve(notOpened(error as Error)).then(settle, (failure: Error) => settle({ outcome: 'failed', detail: `session ${sessionId} ${where}: ${failure.message}` })),
       )
     }).then(result => {
       if (result === STOPPED) throw new AttemptHandedOver(`service stopped during session ${sessionId}: the next scheduler follows it`)

@@ -9,6 +9,16 @@ import { contact, createBatch, load, phone, startBatch } from '../support/dialer
 import { schedulerOf } from '../../dialer/scheduler/index.js'
 import { AssistantProvider, outcomeOfClose, type AttemptRequest } from '../../dialer/providers/index.js'
 import type { SessionTransport } from '../../engine/transport.js'
+import { randomUUID } from 'node:crypto'
+import { createEngine } from '../../engine/index.js'
+import { parseCrews } from '../../engine/crews.js'
+import { MemoryBus } from '../../platform/bus/index.js'
+import { loadConfig } from '../../platform/config.js'
+import { createLogger } from '../../platform/logger.js'
+import { createMetrics } from '../../platform/metrics.js'
+import { MemoryStore } from '../../platform/store/index.js'
+import type { Platform } from '../../platform/index.js'
+import { DEFAULT_CREWS } from '../engine/fixtures/crews.js'
 
 const ADMIN = '/engine/api/administration/session'
 const CHANNEL = '/assistants-channel/api/v1/channel/api/eventstream'
@@ -138,6 +148,7 @@ t.test('at shutdown an attempt whose session is still open is handed over, not r
     subscribe: async () => ({ unsubscribe: () => undefined, position: { seq: 0, epoch: 0 } }),
     replay: async () => [],
     lastEvent: async () => null,
+    closeReason: async () => null,
   }
   const provider = new AssistantProvider(() => transport, 'demo')
   const request: AttemptRequest = {
@@ -167,4 +178,48 @@ t.test('close reasons map to outcomes', async t => {
   t.equal(outcomeOfClose('transferred_to_human'), 'answered')
   t.equal(outcomeOfClose('idle_timeout'), 'no_answer')
   t.equal(outcomeOfClose('error'), 'failed')
+})
+
+t.test('a session that ended before the next scheduler followed it: its tombstone decides the outcome', async t => {
+  const logger = createLogger('silent')
+  const platform: Platform = {
+    config: loadConfig({ LOG_LEVEL: 'silent', SESSION_IDLE_TIMEOUT_MS: '1000' }),
+    store: new MemoryStore(),
+    bus: new MemoryBus(logger),
+    clock: { now: () => Date.now() },
+    logger,
+    metrics: createMetrics(),
+  }
+  const engine = createEngine(platform, { crews: parseCrews(DEFAULT_CREWS) })
+  await engine.start()
+  t.teardown(() => engine.stop())
+  const provider = new AssistantProvider(() => engine.transport, 'demo')
+  /** Opens an outbound session; `closed` resolves with its close reason. */
+  const open = async (sessionId: string) => {
+    let ended!: (reason: string) => void
+    const closed = new Promise<string>(resolve => (ended = resolve))
+    await engine.transport.create(
+      { sessionId, consumerId: randomUUID(), accountId: 'acme', crewId: 'demo', arguments: {}, outbound: { type: 'static', parameters: { text: 'Hi' } } },
+      event => void (event.kind === 'closed' && ended(event.reason)),
+    )
+    return { closed }
+  }
+  const resumed = (attemptId: string, accountId = 'acme') => provider.resume({ attemptId, accountId, startedAt: Date.now() })
+
+  // Ended by the contact while no scheduler watched it.
+  const finished = randomUUID()
+  const first = await open(finished)
+  await engine.transport.command({ sessionId: finished, accountId: 'acme' }, { type: 'session.destroy', reason: 'finished', by: 'channel' })
+  t.equal(await first.closed, 'finished')
+  t.match(await resumed(finished), { outcome: 'answered', detail: /had closed before its scheduler's successor followed it: finished/ })
+
+  // Nobody answered: the session expired on its own.
+  const unanswered = randomUUID()
+  const second = await open(unanswered)
+  t.equal(await second.closed, 'idle_timeout')
+  t.match(await resumed(unanswered), { outcome: 'no_answer', detail: /idle_timeout/ })
+
+  // Another account's session, and one that never existed, say nothing about their end.
+  t.match(await resumed(finished, 'other-account'), { outcome: 'failed', detail: /could not be followed after its scheduler died/ })
+  t.match(await resumed(randomUUID()), { outcome: 'failed', detail: /could not be followed after its scheduler died/ })
 })

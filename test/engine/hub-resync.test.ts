@@ -49,6 +49,7 @@ class Link implements SessionTransport {
   subscribe: SessionTransport['subscribe'] = (target, listener) => this.inner.subscribe(target, this.lossy(listener))
   replay: SessionTransport['replay'] = (sessionId, after) => this.answer(this.inner.replay(sessionId, after))
   lastEvent: SessionTransport['lastEvent'] = sessionId => this.inner.lastEvent(sessionId)
+  closeReason: SessionTransport['closeReason'] = target => this.inner.closeReason(target)
 }
 
 /** A client's stream: the frames written to it, as { id, event, data }. */
