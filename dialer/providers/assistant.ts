@@ -87,7 +87,8 @@ export class AssistantProvider {
       listener => transport.subscribe(target, listener),
       '(followed after its scheduler died)',
       async error => {
-        const reason = await transport.closeReason(target).catch(() => null)
+        // A failed read of the tombstone is settled by untilClosed as `failed`.
+        const reason = await transport.closeReason(target)
         if (reason !== null) return { outcome: outcomeOfClose(reason), detail: `session ${target.sessionId} had closed before its scheduler's successor followed it: ${reason}` }
         return { outcome: 'failed', detail: `assistant session ${target.sessionId} could not be followed after its scheduler died: ${error.message}` }
       },
