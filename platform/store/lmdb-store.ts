@@ -12,6 +12,8 @@
 //   n:<collection>:<index>  a `counted` index: the number of documents per distinct indexed
 //                           values (no entry per document), see counted-index.ts
 //   m:indexes               declared indexes per collection (and whether they went multikey)
+//   m:structures            msgpackr's record structures of each collection's documents
+//                           (shared-structures.ts: a document stores values, not key names)
 // Queries read an index in key order (planner.ts) and stop at their limit; documents are read
 // only for entries whose key passes the filter's indexed conditions.
 //
@@ -63,6 +65,7 @@ import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } fro
 import { WriteHolds } from './write-holds.js'
 import { countByPipeline, countPlan, countRowsOf, keyValue, type CountRow, type CountValue } from './counted-index.js'
 import { groupInSlices, simpleGroup } from './sliced-group.js'
+import { sharedStructures } from './shared-structures.js'
 
 /** Documents written per transaction by a bulk write, updateMany or deleteMany (see above). */
 export const WRITE_SLICE = 256
@@ -146,7 +149,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
 
   constructor(readonly name: string, private readonly store: LmdbStore, readonly json: boolean) {
     // A JSON collection only looks for a c: database left from before; it never creates one.
-    this.docs = store.env.openDB<T, string>({ name: `c:${name}`, create: !json } as { name: string })
+    this.docs = store.env.openDB<T, string>({ name: `c:${name}`, create: !json, ...sharedStructures(store.structures, name) } as { name: string })
     if (json) {
       const target = store.env.openDB<T, string>({ name: `j:${name}`, encoding: 'json' })
       // lmdb-js answers undefined for a database that does not exist when asked not to create it.
@@ -1061,6 +1064,8 @@ export class LmdbStore implements Store {
   readonly holds = new WriteHolds()
   readonly env: RootDatabase
   readonly meta: Database<unknown, string>
+  /** The documents' msgpackr record structures, per collection (shared-structures.ts). */
+  readonly structures: Database<unknown, string>
   private readonly collections = new Map<string, LmdbCollection<any>>()
   private readonly clock: Clock
   private readonly ttl: { slice: number; slices: number }
@@ -1088,6 +1093,7 @@ export class LmdbStore implements Store {
       maxReaders: 252,
     })
     this.meta = this.env.openDB<unknown, string>({ name: 'm:indexes' })
+    this.structures = this.env.openDB<unknown, string>({ name: 'm:structures' })
     const interval = options.sweepIntervalMs ?? 1000
     if (interval > 0) {
       this.sweeper = setInterval(() => void this.sweep(), interval)
