@@ -84,7 +84,8 @@ t.test('another process adding new shapes at the same time: each reads everythin
   // Each document a shape new to both processes: a field named after it.
   const shaped = (i: number) => doc(i, { [`only${i}`]: i, [`shared${i % 5}`]: `s${i}` })
   // The other process (as the apply thread or the key CLI would be): writes the odd documents,
-  // then, when told, prints every document it reads.
+  // then, when told, prints every document it reads. It runs the built store, so the helpers
+  // above go in as their (already plain JavaScript) source.
   const script = `
     const { LmdbStore } = await import(${JSON.stringify(storeModule)})
     const store = new LmdbStore({ path: ${JSON.stringify(path)}, sweepIntervalMs: 0 })
