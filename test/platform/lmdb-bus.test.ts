@@ -2,20 +2,12 @@
 // disk, survives the process, is delivered in order, redelivered when its handler throws, and
 // dropped after maxDeliveries (so a poison message cannot spin forever, even across restarts).
 import t from 'tap'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { LmdbBus } from '../../platform/bus/lmdb-bus.js'
 import { LmdbStore } from '../../platform/store/lmdb-store.js'
 import { createLogger } from '../../platform/logger.js'
+import { tempDir } from '../support/temp-dir.js'
 
 const logger = createLogger('silent')
-
-function tempDir(t: { teardown(fn: () => unknown): void }) {
-  const dir = mkdtempSync(join(tmpdir(), 'sb-lmdb-bus-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  return dir
-}
 
 const until = async (check: () => boolean, ms = 5000) => {
   const deadline = Date.now() + ms

@@ -5,19 +5,12 @@
 import t from 'tap'
 import fc from 'fast-check'
 import { spawn } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { LmdbStore, WRITE_SLICE } from '../../platform/store/lmdb-store.js'
 import { GROUP_SLICE } from '../../platform/store/sliced-group.js'
 import { DuplicateKeyError, type Doc } from '../../platform/store/types.js'
 import { buildService } from '../support/processes.js'
-
-function tempDir(t: Tap.Test): string {
-  const dir = mkdtempSync(join(tmpdir(), 'sb-lmdb-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  return dir
-}
+import { tempDir } from '../support/temp-dir.js'
 
 const CONTACT_INDEXES = [
   { name: 'batch_identifier_unique', key: { batchId: 1, identifier: 1 }, unique: true },

@@ -5,19 +5,12 @@
 // on the same database (a second process, as the key CLI; the apply and write threads share the
 // same code) adding shapes at the same time; and a restart reads them all.
 import t from 'tap'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { spawn } from 'node:child_process'
 import { open } from 'lmdb'
 import { LmdbStore } from '../../platform/store/lmdb-store.js'
 import { buildService } from '../support/processes.js'
-
-function tempDir(t: Tap.Test): string {
-  const dir = mkdtempSync(join(tmpdir(), 'sb-structures-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  return dir
-}
+import { tempDir } from '../support/temp-dir.js'
 
 const at = (i: number) => new Date(Date.UTC(2026, 10, 1, 0, 0, i))
 /** Documents of a few shapes: nested objects, arrays, Dates, an optional field. */
