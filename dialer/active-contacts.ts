@@ -24,7 +24,6 @@ import type { Logger } from '../platform/logger.js'
 import { ACTIVE_CONTACT_STATES, COLLECTIONS, type ContactDoc } from './collections.js'
 
 export const ACCOUNT_COUNTERS = 'dialer_account_counters'
-const MIGRATIONS = 'dialer_migrations'
 const MIGRATION_ID = 'active-contacts-v1'
 const SLICE = 500
 
@@ -101,7 +100,7 @@ export class ActiveContacts {
    */
   async start(logger: Logger) {
     if (this.keptByStore) return
-    if (await this.store.collection(MIGRATIONS).findOne({ _id: MIGRATION_ID })) {
+    if (await this.store.collection(COLLECTIONS.migrations).findOne({ _id: MIGRATION_ID })) {
       this.migrated = true
       return
     }
@@ -132,7 +131,7 @@ export class ActiveContacts {
   }
 
   private async finishMigration() {
-    await this.store.collection(MIGRATIONS).updateOne({ _id: MIGRATION_ID }, { $setOnInsert: { doneAt: new Date() } }, { upsert: true })
+    await this.store.collection(COLLECTIONS.migrations).updateOne({ _id: MIGRATION_ID }, { $setOnInsert: { doneAt: new Date() } }, { upsert: true })
     this.migrated = true
   }
 

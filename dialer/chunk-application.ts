@@ -23,6 +23,7 @@ import type { Batches, BatchDoc, DuplicateStrategy } from './batches.js'
 import type { BatchLog } from './batch-log.js'
 import type { LoadCounts, LoadOperationDoc, OperationError, Operations } from './operations.js'
 import type { ActiveContacts } from './active-contacts.js'
+import { selectsByDueTime } from './rules.js'
 
 /** Contact writes per store call when a chunk is applied (the loop is given back between them). */
 const APPLY_SLICE = 25
@@ -129,7 +130,7 @@ export class ChunkApplication {
       const chunk: DecodedChunk = { ...message, contacts: chunkContacts(message) }
       const batch = await this.batches.docs.findOne({ _id: message.batchId })
       const plan = await this.planOnce(chunk, batch, op)
-      if (batch && !['deleting', 'deleted'].includes(batch.status)) await this.apply(chunk, plan)
+      if (batch && !['deleting', 'deleted'].includes(batch.status)) await this.apply(chunk, plan, batch)
       await yieldToLoop()
       await this.operations.countChunk(op._id, message.index, plan.counts, plan.errors)
     }
@@ -188,8 +189,9 @@ export class ChunkApplication {
     return { plannedAt, decisions, counts, errors, expiresAt }
   }
 
-  private async apply(message: DecodedChunk, plan: ChunkPlanDoc) {
+  private async apply(message: DecodedChunk, plan: ChunkPlanDoc, batch: BatchDoc) {
     const at = plan.plannedAt
+    const selection = selectsByDueTime(batch.rules) ? { dueOrdered: true as const } : {}
     // New contacts are plain inserts under the plan's ids, apart from the rest: an insert is
     // always an identifier's first occurrence in the chunk, so inserting them first keeps every
     // identifier's writes in request order. An insert needs no lookup (an upsert would search the
@@ -221,6 +223,7 @@ export class ChunkApplication {
           createdAt: at,
           updatedAt: at,
           capCounted: false,
+          ...selection,
         })
       } else if (decision.kind === 'update') {
         changes.push({ updateOne: { filter: key, update: { $set: { ...dataFields(contact, decision.mode), updatedAt: at } } } })

@@ -19,6 +19,7 @@ import { Operations } from './operations.js'
 import { Idempotency } from './idempotency.js'
 import { dialerRoutes } from './routes.js'
 import { Attempts } from './attempts.js'
+import { markDueOrderedContacts } from './due-ordered-contacts.js'
 import { createProviders, WEBHOOK_REPORTS, WebhookOutcomes, type WebhookReportDoc } from './providers/index.js'
 import type { SessionTransport } from '../engine/transport.js'
 import { ContactControl, registerScheduler, Scheduler } from './scheduler/index.js'
@@ -62,6 +63,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
       await store.ensureIndexes(WEBHOOK_REPORTS, [{ name: 'received_ttl', key: { receivedAt: 1 }, expireAfterSeconds: 7 * 86_400 }])
       await loads.active.start(platform.logger)
       if (options.workers !== false) {
+        await markDueOrderedContacts(store, platform.logger)
         queueWorkers.start()
         scheduler.start(platform.config.dialer.cycleMs)
         uploadSweep = setInterval(() => {

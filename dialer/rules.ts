@@ -38,6 +38,10 @@ export interface BatchRules {
   maxAttemptsPerMinute?: number
 }
 
+/** Whether a batch selects its due contacts by due time first (else by priority first). */
+export const selectsByDueTime = (rules: Record<string, unknown> | undefined): boolean =>
+  (rules as BatchRules | undefined)?.priorityOrder === 'scheduledAt'
+
 export const DEFAULT_MAX_ATTEMPTS = 3
 export const DEFAULT_FINAL_OUTCOMES: readonly Outcome[] = ['answered', 'delivered']
 export const DEFAULT_RETRY_DELAY_MINUTES: Record<Outcome, number> = {

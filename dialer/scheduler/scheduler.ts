@@ -33,7 +33,7 @@ import type { BatchLog } from '../batch-log.js'
 import type { Attempts } from '../attempts.js'
 import type { ProviderFor } from '../providers/index.js'
 import { AttemptHandedOver, type AttemptResult } from '../providers/types.js'
-import { addressKey, afterOutcome, type BatchRules, blockKey, dialability, type NotDialableReason, type Outcome } from '../rules.js'
+import { addressKey, afterOutcome, type BatchRules, blockKey, dialability, type NotDialableReason, type Outcome, selectsByDueTime } from '../rules.js'
 
 /** Rounds of (select, check, claim) per batch and cycle; each round fills the room left. */
 const MAX_ROUNDS = 8
@@ -219,8 +219,10 @@ export class Scheduler {
     if (!accountInFlight.has(batch.accountId)) {
       accountInFlight.set(batch.accountId, await this.contacts.countDocuments({ accountId: batch.accountId, state: 'in_progress' }))
     }
-    const sort: Record<string, 1 | -1> =
-      rules.priorityOrder === 'scheduledAt' ? { nextAttemptAt: 1, priorityRank: 1, _id: 1 } : { priorityRank: 1, nextAttemptAt: 1, _id: 1 }
+    const byDueTime = selectsByDueTime(batch.rules)
+    const sort: Record<string, 1 | -1> = byDueTime ? { nextAttemptAt: 1, priorityRank: 1, _id: 1 } : { priorityRank: 1, nextAttemptAt: 1, _id: 1 }
+    // `dueOrdered` pins the due-time index, which holds only such batches' contacts.
+    const dueFilter = byDueTime ? { batchId: batch._id, state: 'pending', dueOrdered: true } : { batchId: batch._id, state: 'pending' }
     const dueBy = new Date(now)
     const accountShare = Math.ceil((accountLimit - accountInFlight.get(batch.accountId)!) / share)
     // Per minute: attempts started in (now - 60 s, now], counted only when a limit is set.
@@ -245,7 +247,7 @@ export class Scheduler {
         accountRate - accountStarted(),
       )
       if (room <= 0 || this.stopped) return
-      const due = await this.contacts.find({ batchId: batch._id, state: 'pending', nextAttemptAt: { $lte: dueBy } }, { sort, limit: room })
+      const due = await this.contacts.find({ ...dueFilter, nextAttemptAt: { $lte: dueBy } }, { sort, limit: room })
       if (due.length === 0) return
       // A stop (or delete) since the cycle began: no new claims.
       const current = await this.batchDocs.findOne({ _id: batch._id }, { projection: { status: 1 } })
