@@ -204,7 +204,7 @@ t.test('an idle session expires as abandoned; its streams close and its place is
   const closed = await stream.next('session.closed', 3000)
   t.same(closed.data, { sessionId, reason: 'idle_timeout' })
   await stream.ended_()
-  for (let i = 0; i < 50; i++) {
+  for (let i = 0; i < 200; i++) {
     const record = await service.platform.store.collection('session_records').findOne({ _id: sessionId })
     if (record?.status === 'abandoned') break
     await sleep(10)

@@ -199,7 +199,7 @@ t.test('a message waits for its own history entry: a failed snapshot of an earli
   writer.append({ seq: 2, at: 2, type: 'message.user', text: 'two' })
   let acknowledged = false
   const second = writer.entriesWritten(2).then(() => (acknowledged = true))
-  for (let i = 0; i < 50 && secondInsert.inserts < 2; i++) await sleep(5)
+  for (let i = 0; i < 400 && secondInsert.inserts < 2; i++) await sleep(5)
   t.equal(secondInsert.inserts, 2, 'the second batch is inserting (held)')
   failSnapshot(new Error('snapshot refused'))
   await sleep(20)
@@ -245,7 +245,7 @@ t.test('a new session`s document is written once: its opening snapshot is not wr
   const writer = writeBehind.writer(session, records)
   writer.append({ seq: 1, at: 1, type: 'session.created' })
   writer.snapshotStored()
-  for (let i = 0; i < 50 && first.inserts < 1; i++) await sleep(5)
+  for (let i = 0; i < 400 && first.inserts < 1; i++) await sleep(5)
   state = 'paused'
   writer.append({ seq: 2, at: 2, type: 'session.paused' })
   first.release()
