@@ -73,6 +73,8 @@ interface LiveSession {
   idleDeadline: number
   toolTimers: Map<string, NodeJS.Timeout>
   finished: boolean
+  /** Why it closed, once finished (its tombstone says the same once written). */
+  closedAs: string | null
   /** Set once destroyed: resolves when its resources are released. */
   cleanup: Promise<void> | null
 }
@@ -358,6 +360,7 @@ export class SessionHost {
       idleDeadline: Number.MAX_SAFE_INTEGER,
       toolTimers: new Map(),
       finished: false,
+      closedAs: null,
       cleanup: null,
     }
     this.bind(live, actor)
@@ -507,6 +510,9 @@ export class SessionHost {
 
   /** The close reason an account's ended session left in its tombstone (null: not known to have ended). */
   closeReason(target: SessionTarget): Promise<string | null> {
+    // Closing here: its tombstone may not be written yet.
+    const live = this.live.get(target.sessionId)
+    if (live?.closedAs && live.accountId === target.accountId) return Promise.resolve(live.closedAs)
     return this.store.closeReason(target.sessionId, target.accountId)
   }
 
@@ -544,9 +550,10 @@ export class SessionHost {
     })
   }
 
-  /** Is the session live on this node? */
+  /** Is the session live on this node? (Not once it is finished, while its close is written.) */
   hosts(sessionId: string): boolean {
-    return this.live.has(sessionId)
+    const live = this.live.get(sessionId)
+    return live !== undefined && !live.finished
   }
 
   async subscribe(target: SessionTarget, listener: TransportListener): Promise<FeedSubscription> {
@@ -831,12 +838,14 @@ export class SessionHost {
     const context = this.awake(live).getSnapshot().context
     if (live.idleTimer) clearTimeout(live.idleTimer.timer)
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
-    this.emit(live, { kind: 'closed', reason: context.closeReason ?? 'destroyed' })
+    live.closedAs = context.closeReason ?? 'destroyed'
+    this.emit(live, { kind: 'closed', reason: live.closedAs })
     this.events.forget(live.id)
     live.listeners.clear()
-    this.live.delete(live.id)
     this.released(live)
-    // Resources released: the log and the snapshot go; a tombstone says it was destroyed.
+    // Resources released: the log and the snapshot go; a tombstone says it was destroyed. The
+    // session stays in `live`, finished, until then: a command meanwhile answers 404 instead of
+    // restoring it from its document, which is not a tombstone yet.
     live.cleanup = (async () => {
       await live.writer.flushed()
       // Conditional: two nodes closing the same session (reapers racing, engine/reaper.ts)
@@ -848,7 +857,10 @@ export class SessionHost {
     })()
       .finally(() => live.writer.closed())
       .catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
-      .finally(() => this.options.leases?.unloaded(live.id, 'finished', live.accountId))
+      .finally(() => {
+        if (this.live.get(live.id) === live) this.live.delete(live.id)
+        this.options.leases?.unloaded(live.id, 'finished', live.accountId)
+      })
     const cleanup = live.cleanup
     this.cleanups.add(cleanup)
     void cleanup.finally(() => this.cleanups.delete(cleanup))
@@ -1000,7 +1012,7 @@ export class SessionHost {
   /** Drops a session whose lease this node lost (called by the ownership); answers its account. */
   dropSession(sessionId: string, why: string): string | undefined {
     const live = this.live.get(sessionId)
-    if (!live) return undefined
+    if (!live || live.finished) return undefined
     this.drop(live, why)
     return live.accountId
   }
@@ -1034,6 +1046,7 @@ export class SessionHost {
     if (this.hibernation) clearInterval(this.hibernation)
     const released: Promise<void>[] = []
     for (const live of [...this.live.values()]) {
+      if (live.finished) continue // closing: its cleanup is awaited below
       if (live.idleTimer) clearTimeout(live.idleTimer.timer)
       for (const timer of live.toolTimers.values()) clearTimeout(timer)
       await live.writer.flushed()

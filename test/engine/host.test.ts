@@ -198,6 +198,32 @@ t.test('an external tool deadline is re-armed on restore', async t => {
   t.match(message.data.text, /crm_lookup tool returned: .*timeout/)
 })
 
+t.test('a command while a session is being destroyed answers 404: it is not restored from its not yet tombstoned document', async t => {
+  const store = new MemoryStore()
+  // The tombstone write waits until the test lets it go.
+  let release!: () => void
+  const gate = new Promise<void>(resolve => (release = resolve))
+  const sessions = store.collection('engine_sessions')
+  const updateOne = sessions.updateOne.bind(sessions)
+  sessions.updateOne = async (filter, update, options) => {
+    if ((update as any).$set?.state === 'destroyed') await gate
+    return updateOne(filter, update, options)
+  }
+  const { a, c } = await nodeWithSession(store)
+  t.teardown(() => a.stop())
+  await c.until('crew.status.waiting')
+  const destroyed = a.transport.command(target, { type: 'session.destroy', reason: 'supervisor', by: 'admin', userId: 'sup' })
+  for (let i = 0; i < 200 && !c.events.some(e => e.kind === 'closed'); i++) await sleep(5)
+  const statusOf = (command: Promise<unknown>) => command.then(() => 'answered', error => (error as { status?: number }).status)
+  const during = await statusOf(a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'still there?' }))
+  release()
+  await destroyed
+  t.equal(during, 404, 'during the destroy')
+  t.equal(await statusOf(a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'and now?' })), 404, 'after it')
+  t.match(await store.collection('engine_sessions').findOne({ _id: SESSION }), { state: 'destroyed' })
+  t.notOk(a.host.hosts(SESSION), 'not live on the node')
+})
+
 t.test('an idle session expires as abandoned; its streams close and its place is freed', async t => {
   const { base, service } = await startTestService(t, { env: { SESSION_IDLE_TIMEOUT_MS: '300', CREWS_FILE: crewsFile({ patchDemo: { maxConcurrentSessions: 1 } }) } })
   const { stream, sessionId } = await createSession(base)
