@@ -22,6 +22,7 @@
 import type { Collection, Store } from '../platform/store/index.js'
 import type { Logger } from '../platform/logger.js'
 import { ACTIVE_CONTACT_STATES, COLLECTIONS, type ContactDoc } from './collections.js'
+import { Migrations } from './migrations.js'
 
 export const ACCOUNT_COUNTERS = 'dialer_account_counters'
 const MIGRATION_ID = 'active-contacts-v1'
@@ -100,7 +101,7 @@ export class ActiveContacts {
    */
   async start(logger: Logger) {
     if (this.keptByStore) return
-    if (await this.store.collection(COLLECTIONS.migrations).findOne({ _id: MIGRATION_ID })) {
+    if (await new Migrations(this.store).done(MIGRATION_ID)) {
       this.migrated = true
       return
     }
@@ -131,7 +132,7 @@ export class ActiveContacts {
   }
 
   private async finishMigration() {
-    await this.store.collection(COLLECTIONS.migrations).updateOne({ _id: MIGRATION_ID }, { $setOnInsert: { doneAt: new Date() } }, { upsert: true })
+    await new Migrations(this.store).record(MIGRATION_ID)
     this.migrated = true
   }
 

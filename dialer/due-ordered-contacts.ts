@@ -3,20 +3,21 @@
 // Once per database, before the scheduler starts, the contacts of every such batch are marked,
 // a slice at a time in identifier order (the unique index serves the pages). Databases without
 // such batches (and new ones) pay one query. Several processes starting together mark the same
-// contacts; marking is idempotent, and the one that finishes last records the migration again.
+// contacts; marking and recording are idempotent.
 import { yieldToLoop } from '../platform/background.js'
 import type { Logger } from '../platform/logger.js'
 import type { Store } from '../platform/store/index.js'
 import type { BatchDoc } from './batches.js'
 import { COLLECTIONS, type ContactDoc } from './collections.js'
+import { Migrations } from './migrations.js'
 
 const MIGRATION_ID = 'due-ordered-contacts-v1'
 const SLICE = 1000
 
 /** Answers how many contacts it marked (0 when the migration was already done). */
 export async function markDueOrderedContacts(store: Store, logger: Logger): Promise<number> {
-  const migrations = store.collection(COLLECTIONS.migrations)
-  if (await migrations.findOne({ _id: MIGRATION_ID })) return 0
+  const migrations = new Migrations(store)
+  if (await migrations.done(MIGRATION_ID)) return 0
   const batches = await store
     .collection<BatchDoc>(COLLECTIONS.batches)
     .find({ 'rules.priorityOrder': 'scheduledAt' }, { projection: { _id: 1 } })
@@ -37,6 +38,6 @@ export async function markDueOrderedContacts(store: Store, logger: Logger): Prom
       await yieldToLoop()
     }
   }
-  await migrations.updateOne({ _id: MIGRATION_ID }, { $setOnInsert: { doneAt: new Date() } }, { upsert: true })
+  await migrations.record(MIGRATION_ID)
   return marked
 }
