@@ -38,7 +38,7 @@ import { RecordWriter } from './record-writer.js'
 import { AttentionRules } from './attention.js'
 import { SessionStore, type SnapshotWrite } from './session-store.js'
 import { SessionWriter, WriteBehind } from './session-writer.js'
-import type { ConversationMessage } from './types.js'
+import type { ConversationMessage, PublishedEvent } from './types.js'
 
 interface LiveSession {
   id: string
@@ -75,6 +75,8 @@ interface LiveSession {
   finished: boolean
   /** Why it closed, once finished (its tombstone says the same once written). */
   closedAs: string | null
+  /** The machine's `session.closed` event, held back until the close is written (finish()). */
+  closingNotice: PublishedEvent | null
   /** Set once destroyed: resolves when its resources are released. */
   cleanup: Promise<void> | null
 }
@@ -122,6 +124,13 @@ export interface SessionLeases {
  * the bound (a resuming client gets a `stream.gap`), after a clean stop from the exact last id.
  */
 const EVENT_ID_RESERVE = 1000
+
+/**
+ * How long a closing session's streams wait for its close to be written (tombstone, crew slot
+ * freed) before they are told `session.closed` anyway: the write-behind retries a failing store
+ * for ~32 s, and a stream should not hang on it that long.
+ */
+const CLOSE_NOTICE_WAIT_MS = 2_000
 
 const notFound = (sessionId: string) => new ApiError(404, 'SESSION_NOT_FOUND', `Session ${sessionId} not found`)
 
@@ -361,6 +370,7 @@ export class SessionHost {
       toolTimers: new Map(),
       finished: false,
       closedAs: null,
+      closingNotice: null,
       cleanup: null,
     }
     this.bind(live, actor)
@@ -372,7 +382,10 @@ export class SessionHost {
   /** Makes `actor` the session's actor (at creation, restore or wake-up). */
   private bind(live: LiveSession, actor: Actor<typeof sessionMachine>) {
     const log = actor.on('log', ({ entry }) => live.writer.append(entry))
-    const publish = actor.on('publish', ({ event }) => this.emit(live, { kind: 'event', ...event }))
+    const publish = actor.on('publish', ({ event }) => {
+      if (event.name === 'session.closed') live.closingNotice = event
+      else this.emit(live, { kind: 'event', ...event })
+    })
     const states = actor.subscribe({
       next: snapshot => {
         this.countTurn(live, snapshot.status === 'active' && isBusy(snapshot))
@@ -839,20 +852,28 @@ export class SessionHost {
     if (live.idleTimer) clearTimeout(live.idleTimer.timer)
     for (const timer of live.toolTimers.values()) clearTimeout(timer)
     live.closedAs = context.closeReason ?? 'destroyed'
-    this.emit(live, { kind: 'closed', reason: live.closedAs })
-    this.events.forget(live.id)
-    live.listeners.clear()
     this.released(live)
     // Resources released: the log and the snapshot go; a tombstone says it was destroyed. The
     // session stays in `live`, finished, until then: a command meanwhile answers 404 instead of
     // restoring it from its document, which is not a tombstone yet.
-    live.cleanup = (async () => {
+    const closed = (async () => {
       await live.writer.flushed()
       // Conditional: two nodes closing the same session (reapers racing, engine/reaper.ts)
       // free its crew slot once, whoever turns the document into a tombstone first.
-      if (await this.store.markDestroyed(live.id, { reason: context.closeReason ?? 'destroyed', at: this.now })) {
+      if (await this.store.markDestroyed(live.id, { reason: live.closedAs!, at: this.now })) {
         await this.slots.release(live.accountId, live.crew.id)
       }
+    })()
+    live.cleanup = (async () => {
+      // The streams hear `session.closed` once the session is closed in the store and its crew
+      // slot is free, so a client that opens a new session on it is not refused for the old one;
+      // a store that cannot be written holds the notice CLOSE_NOTICE_WAIT_MS at most.
+      await settledWithin(closed, CLOSE_NOTICE_WAIT_MS)
+      if (live.closingNotice) this.emit(live, { kind: 'event', ...live.closingNotice })
+      this.emit(live, { kind: 'closed', reason: live.closedAs! })
+      this.events.forget(live.id)
+      live.listeners.clear()
+      await closed
       await this.store.deleteLog(live.id)
     })()
       .finally(() => live.writer.closed())
@@ -1086,6 +1107,18 @@ const isGenerating = (snapshot: SessionSnapshot) => activeState(snapshot) === 'g
 const isBusy = (snapshot: SessionSnapshot) => {
   const state = activeState(snapshot)
   return snapshot.status === 'active' && (state === 'generating' || state === 'tooling')
+}
+
+/** Resolves when `work` settles (either way) or after `timeoutMs`, whichever comes first. */
+function settledWithin(work: Promise<unknown>, timeoutMs: number): Promise<void> {
+  return new Promise(resolve => {
+    const timer = setTimeout(resolve, timeoutMs)
+    const done = () => {
+      clearTimeout(timer)
+      resolve()
+    }
+    work.then(done, done)
+  })
 }
 
 /** Resolves once the session is between turns (idle, paused or ended), or after `timeoutMs`. */
