@@ -76,16 +76,19 @@ class ResponseStream implements StreamSink {
   private ended = false
   private readonly closeListeners: (() => void)[] = []
 
+  /**
+   * Status and headers not written yet. They go out with the first frame, in the same send: uWS
+   * ends a chunked head (Transfer-Encoding, the blank line) only with the first bytes of body,
+   * so a head sent alone before it was one more syscall per stream that the client could not
+   * parse anyway (every stream's first frame follows at once: `Initialized`, an attach notice).
+   */
+  private head: Record<string, string> | null
+
   constructor(private readonly reply: Reply, headers: Record<string, string>, private readonly maxBufferedBytes: number) {
+    this.head = headers
     reply.finished = true
     reply.onAbort(() => this.fireClose())
     if (reply.aborted) return
-    reply.res.cork(() => {
-      reply.res.writeStatus(statusLine(200))
-      for (const [name, value] of Object.entries(headers)) reply.res.writeHeader(name, value)
-      // Send the headers now so the client sees the stream open before the first event.
-      reply.res.write('')
-    })
     reply.res.onWritable(() => {
       // Runs in uWS's native callback: a throw there would be an uncaught exception.
       try {
@@ -99,6 +102,14 @@ class ResponseStream implements StreamSink {
 
   get closed() {
     return this.ended || this.reply.aborted
+  }
+
+  /** Inside a cork: the status and headers, once. */
+  private writeHead() {
+    if (!this.head) return
+    this.reply.res.writeStatus(statusLine(200))
+    for (const [name, value] of Object.entries(this.head)) this.reply.res.writeHeader(name, value)
+    this.head = null
   }
 
   reportFault(error: unknown) {
@@ -119,6 +130,7 @@ class ResponseStream implements StreamSink {
     }
     try {
       this.reply.res.cork(() => {
+        this.writeHead()
         this.backpressured = !this.reply.res.write(chunk)
       })
     } catch (error) {
@@ -162,6 +174,7 @@ class ResponseStream implements StreamSink {
     // uWebSockets.js keeps what it cannot send yet, so queued frames still reach the client.
     try {
       this.reply.res.cork(() => {
+        this.writeHead()
         for (const chunk of this.queue.splice(0)) this.reply.res.write(chunk)
         this.reply.res.end()
       })
@@ -178,6 +191,7 @@ class ResponseStream implements StreamSink {
     this.ended = true
     try {
       this.reply.res.cork(() => {
+        this.writeHead()
         this.reply.res.write(last)
         this.reply.res.end()
       })
