@@ -510,6 +510,9 @@ export class SessionHost {
   private async obtain(target: SessionTarget, wake = true): Promise<LiveSession> {
     let live = this.live.get(target.sessionId) ?? null
     if (!live) live = await this.restore(target.sessionId)
+    // Closing: answered once its close is written (CLOSE_NOTICE_WAIT_MS at most), so whoever is
+    // told 404 finds its tombstone and close reason in the store, from any node.
+    if (live?.finished && live.cleanup) await settledWithin(live.cleanup, CLOSE_NOTICE_WAIT_MS)
     if (!live || live.finished || live.accountId !== target.accountId) throw notFound(target.sessionId)
     if (wake && !live.actor) await this.wake(live)
     if (live.finished) throw notFound(target.sessionId)

@@ -215,15 +215,21 @@ t.test('a command while a session is being destroyed answers 404: it is not rest
   const destroyed = a.transport.command(target, { type: 'session.destroy', reason: 'supervisor', by: 'admin', userId: 'sup' })
   for (let i = 0; i < 200 && a.host.hosts(SESSION); i++) await sleep(5)
   const statusOf = (command: Promise<unknown>) => command.then(() => 'answered', error => (error as { status?: number }).status)
-  const during = await statusOf(a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'still there?' }))
+  let answeredAt = 0
+  const during = statusOf(a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'still there?' })).finally(() => (answeredAt = Date.now()))
+  await sleep(50)
+  t.equal(answeredAt, 0, 'a command meanwhile waits for the close to be written')
   t.notOk(
     c.events.some(e => e.kind === 'closed'),
     'its streams are told session.closed only once the close is written',
   )
+  const releasedAt = Date.now()
   release()
   await destroyed
   t.ok(c.events.some(e => e.kind === 'closed'), 'told before the destroy is answered')
-  t.equal(during, 404, 'during the destroy')
+  t.equal(await during, 404, 'during the destroy')
+  t.ok(answeredAt >= releasedAt, 'answered after the tombstone was written')
+  t.equal(await a.host.closeReason(target), 'supervisor', 'whose close reason the store answers')
   t.equal(await statusOf(a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'and now?' })), 404, 'after it')
   t.match(await store.collection('engine_sessions').findOne({ _id: SESSION }), { state: 'destroyed' })
   t.notOk(a.host.hosts(SESSION), 'not live on the node')
