@@ -250,11 +250,11 @@ t.test('a close the store cannot write yet still reaches the streams, after 2 s'
   await c.until('crew.status.waiting')
   const started = Date.now()
   const destroyed = a.transport.command(target, { type: 'session.destroy', reason: 'supervisor', by: 'admin', userId: 'sup' })
-  for (let i = 0; i < 400 && !c.events.some(e => e.kind === 'closed'); i++) await sleep(10)
+  for (let i = 0; i < 600 && !c.events.some(e => e.kind === 'closed'); i++) await sleep(10)
   const waited = Date.now() - started
   t.ok(c.events.some(e => e.kind === 'event' && e.name === 'session.closed'), 'session.closed sent while the tombstone write still hangs')
   t.ok(c.events.some(e => e.kind === 'closed'), 'and the stream ended')
-  t.ok(waited >= 1900 && waited < 3500, `after the 2 s bound (${waited} ms)`)
+  t.ok(waited >= 1900 && waited < 5000, `after the 2 s bound (${waited} ms)`)
   release()
   await destroyed
   t.match(await store.collection('engine_sessions').findOne({ _id: SESSION }), { state: 'destroyed' }, 'the close is written once the store answers')
