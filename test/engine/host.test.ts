@@ -198,9 +198,11 @@ t.test('an external tool deadline is re-armed on restore', async t => {
   t.match(message.data.text, /crm_lookup tool returned: .*timeout/)
 })
 
-t.test('a command while a session is being destroyed answers 404: it is not restored from its not yet tombstoned document', async t => {
+type TapTest = Parameters<Parameters<typeof t.test>[1]>[0]
+
+/** A session on one node whose tombstone write waits until the test calls `release`. */
+async function sessionWithHeldTombstone(test: TapTest) {
   const store = new MemoryStore()
-  // The tombstone write waits until the test lets it go.
   let release!: () => void
   const gate = new Promise<void>(resolve => (release = resolve))
   const sessions = store.collection('engine_sessions')
@@ -210,8 +212,13 @@ t.test('a command while a session is being destroyed answers 404: it is not rest
     return updateOne(filter, update, options)
   }
   const { a, c } = await nodeWithSession(store)
-  t.teardown(() => a.stop())
+  test.teardown(() => a.stop())
   await c.until('crew.status.waiting')
+  return { store, a, c, release }
+}
+
+t.test('a command while a session is being destroyed answers 404: it is not restored from its not yet tombstoned document', async t => {
+  const { store, a, c, release } = await sessionWithHeldTombstone(t)
   const destroyed = a.transport.command(target, { type: 'session.destroy', reason: 'supervisor', by: 'admin', userId: 'sup' })
   for (let i = 0; i < 200 && a.host.hosts(SESSION); i++) await sleep(5)
   const statusOf = (command: Promise<unknown>) => command.then(() => 'answered', error => (error as { status?: number }).status)
@@ -236,18 +243,7 @@ t.test('a command while a session is being destroyed answers 404: it is not rest
 })
 
 t.test('a close the store cannot write yet still reaches the streams, after 2 s', async t => {
-  const store = new MemoryStore()
-  let release!: () => void
-  const gate = new Promise<void>(resolve => (release = resolve))
-  const sessions = store.collection('engine_sessions')
-  const updateOne = sessions.updateOne.bind(sessions)
-  sessions.updateOne = async (filter, update, options) => {
-    if ((update as any).$set?.state === 'destroyed') await gate
-    return updateOne(filter, update, options)
-  }
-  const { a, c } = await nodeWithSession(store)
-  t.teardown(() => a.stop())
-  await c.until('crew.status.waiting')
+  const { store, a, c, release } = await sessionWithHeldTombstone(t)
   const started = Date.now()
   const destroyed = a.transport.command(target, { type: 'session.destroy', reason: 'supervisor', by: 'admin', userId: 'sup' })
   for (let i = 0; i < 600 && !c.events.some(e => e.kind === 'closed'); i++) await sleep(10)
