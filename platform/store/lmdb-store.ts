@@ -62,6 +62,7 @@ import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-p
 import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, projectDocs, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
 import { documentKeys, encodeValue, KEY_MAX, mayBeCut, NOT_PLAIN, partId, pathValues, plainValueAt, RANK, sameKey, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan, type PlannableIndex } from './planner.js'
+import { WriteBatches } from './write-batch.js'
 import { WriteHolds } from './write-holds.js'
 import { countByPipeline, countPlan, countRowsOf, keyValue, type CountRow, type CountValue } from './counted-index.js'
 import { groupInSlices, simpleGroup } from './sliced-group.js'
@@ -289,19 +290,11 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   }
 
   /**
-   * `work` as one callback of a write transaction, timed (WriteHolds), its counted moves written
-   * at its end whatever it did (an unordered bulk write keeps the writes before a duplicate).
+   * `work` inside a write transaction (write-batch.ts), its counted moves written at the
+   * transaction's end whatever it did (an unordered bulk write keeps the writes before a duplicate).
    */
   private transaction<R>(work: () => R, queuedAt?: number): Promise<R> {
-    return this.store.env.transaction(() =>
-      this.store.holds.run(() => {
-        try {
-          return work()
-        } finally {
-          this.flushCounts()
-        }
-      }, queuedAt),
-    )
+    return this.store.batches.run(work, queuedAt)
   }
 
   /** Runs `work` inside a write transaction; its error (thrown before any write) rejects. */
@@ -512,13 +505,17 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   }
 
   /**
-   * Moves a counted index's number for one key. The moves of one transaction callback are added
-   * up and written once at its end (flushCounts): a slice of a load's new contacts moves the same
-   * two keys once per contact, and a claim and its settlement move them back and forth.
+   * Moves a counted index's number for one key. The moves of one transaction are added up and
+   * written once at its end (flushCounts, called by write-batch.ts): a slice of a load's new
+   * contacts moves the same two keys once per contact, and claims and their settlements move
+   * them back and forth.
    */
   private count(counts: Database<number, KeyPart[]>, key: KeyPart[], by: number) {
     let moves = this.countMoves.get(counts)
-    if (!moves) this.countMoves.set(counts, (moves = new Map()))
+    if (!moves) {
+      if (this.countMoves.size === 0) this.store.batches.moved(this)
+      this.countMoves.set(counts, (moves = new Map()))
+    }
     const id = partId(key)
     const move = moves.get(id)
     if (move) move.by += by
@@ -529,7 +526,7 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   private readonly countMoves = new Map<Database<number, KeyPart[]>, Map<string, { key: KeyPart[]; by: number }>>()
 
   /** Writes the counted moves (removing a key at zero: only keys some document has are kept). */
-  private flushCounts() {
+  flushCounts() {
     if (this.countMoves.size === 0) return
     for (const [counts, moves] of this.countMoves) {
       for (const { key, by } of moves.values()) {
@@ -832,6 +829,8 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
     const db = spec.counted ? this.store.countDb(this.name, spec.name) : this.store.indexDb(this.name, spec.name)
     const fields = Object.keys(spec.key)
     await this.write(() => {
+      // Moves made earlier in this transaction would be added to the counts written below, which already hold them.
+      this.flushCounts()
       // Built in memory first: a unique violation fails the declaration before anything is written.
       const entries: KeyPart[][] = []
       const counts = new Map<string, { key: KeyPart[]; n: number }>()
@@ -1062,6 +1061,8 @@ export class LmdbStore implements Store {
   readonly reads = { keys: 0, documents: 0 }
   /** How long this thread's write transactions held its loop, and how long each write waited (see write-holds.ts). */
   readonly holds = new WriteHolds()
+  /** Every write of this thread, run by one callback per transaction (write-batch.ts). */
+  readonly batches: WriteBatches
   readonly env: RootDatabase
   readonly meta: Database<unknown, string>
   /** The documents' msgpackr record structures, per collection (shared-structures.ts). */
@@ -1092,6 +1093,7 @@ export class LmdbStore implements Store {
       // Readers are released by lmdb-js itself; several processes (service, key CLI) share the file.
       maxReaders: 252,
     })
+    this.batches = new WriteBatches(this.env, this.holds)
     this.meta = this.env.openDB<unknown, string>({ name: 'm:indexes' })
     this.structures = this.env.openDB<unknown, string>({ name: 'm:structures' })
     const interval = options.sweepIntervalMs ?? 1000

@@ -1,0 +1,85 @@
+// The embedded store's writes, as lmdb-js transaction callbacks.
+//
+// lmdb-js runs every callback queued before its write thread takes LMDB's lock in one
+// transaction, back to back. Each callback of ours used to end by writing its collection's
+// counted moves (a read and a put per moved key): a dialer claim and its settlement move the
+// same four keys of the contacts' counted indexes, so a transaction of 500 claims read and wrote
+// them 500 times. Here the work queued for one transaction runs in a single callback, in the
+// order it was queued, and the counted moves of all of it are written once at its end.
+//
+// What a reader sees is unchanged: reads outside a write transaction see only what is
+// committed, and the moves are written before the commit. Inside the transaction nothing reads
+// a counted index except an index build, which writes moves due first (LmdbCollection).
+import type { RootDatabase } from 'lmdb'
+import type { WriteHolds } from './write-holds.js'
+
+/** What has counted moves to write before the transaction commits. */
+export interface PendingCounts {
+  flushCounts(): void
+}
+
+type Settled = { value: unknown } | { error: unknown }
+
+interface Queued {
+  work: () => unknown
+  queuedAt: number | undefined
+}
+
+export class WriteBatches {
+  /** Work for the transaction callback lmdb-js has not run yet (null: the next write queues a new one). */
+  private queued: Queued[] | null = null
+  private committed: Promise<Settled[]> | null = null
+  private readonly pending = new Set<PendingCounts>()
+
+  constructor(
+    private readonly env: RootDatabase,
+    private readonly holds: WriteHolds,
+  ) {}
+
+  /**
+   * Runs `work` inside a write transaction (timed by WriteHolds, given when it was queued) and
+   * resolves with its result once that transaction is committed; its throw rejects (the
+   * transaction's other work is not affected: work throws before it writes).
+   */
+  run<R>(work: () => R, queuedAt?: number): Promise<R> {
+    if (!this.queued) {
+      const batch: Queued[] = (this.queued = [])
+      this.committed = this.env.transaction(() => this.runBatch(batch)) as Promise<Settled[]>
+    }
+    const index = this.queued.push({ work, queuedAt }) - 1
+    return this.committed!.then(settled => {
+      const outcome = settled[index]!
+      if ('error' in outcome) throw outcome.error
+      return outcome.value as R
+    })
+  }
+
+  /** `owner` moved counts in the running transaction: written at its end. */
+  moved(owner: PendingCounts) {
+    this.pending.add(owner)
+  }
+
+  private runBatch(batch: Queued[]): Settled[] {
+    // Work queued from here on goes to the next callback (lmdb-js queues it for the next transaction).
+    if (this.queued === batch) {
+      this.queued = null
+      this.committed = null
+    }
+    const settled: Settled[] = []
+    try {
+      for (const { work, queuedAt } of batch) {
+        try {
+          settled.push({ value: this.holds.run(work, queuedAt) })
+        } catch (error) {
+          settled.push({ error })
+        }
+      }
+    } finally {
+      this.holds.run(() => {
+        for (const owner of this.pending) owner.flushCounts()
+        this.pending.clear()
+      })
+    }
+    return settled
+  }
+}
