@@ -261,12 +261,19 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
    * revision number stored beside them, one small read, and reloads them when it moved.
    */
   private fresh() {
+    const batch = this.store.batches.running
+    if (batch !== 0 && batch === this.checkedIn) return
     const revision = this.store.revision(this.name)
     if (revision !== this.revision) this.loadIndexes()
+    this.checkedIn = batch
   }
+
+  /** The write transaction callback in which fresh() last checked (see WriteBatches.running). */
+  private checkedIn = 0
 
   /** Writes the declarations (inside a write transaction) and moves their revision. */
   private saveIndexes(stored: StoredIndex[]) {
+    this.checkedIn = 0
     this.store.meta.putSync(this.name, stored)
     this.store.meta.putSync(revisionKey(this.name), this.store.revision(this.name) + 1)
   }

@@ -30,6 +30,13 @@ export class WriteBatches {
   private queued: Queued[] | null = null
   private committed: Promise<Settled[]> | null = null
   private readonly pending = new Set<PendingCounts>()
+  private ran = 0
+  /**
+   * The transaction callback running now (0: none). Within it no other writer can change what
+   * is stored (LMDB has one writer at a time): a collection checks its index declarations once
+   * per callback, and again only after it changed them itself.
+   */
+  running = 0
 
   constructor(
     private readonly env: RootDatabase,
@@ -66,6 +73,7 @@ export class WriteBatches {
       this.committed = null
     }
     const settled: Settled[] = []
+    this.running = ++this.ran
     try {
       for (const { work, queuedAt } of batch) {
         try {
@@ -79,6 +87,7 @@ export class WriteBatches {
         for (const owner of this.pending) owner.flushCounts()
         this.pending.clear()
       })
+      this.running = 0
     }
     return settled
   }

@@ -472,6 +472,51 @@ t.test('the moves of one write transaction add up on a counted index: its number
   t.equal(store.countDb('contacts', 'batch_state').getCount(), 2, 'only keys some document has')
 })
 
+t.test('separate writes queued together share one transaction: their moves add up, a refused one fails alone, a counted index redefined among them counts exactly', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  await store.ensureIndexes('contacts', [
+    { name: 'batch_state', key: { batchId: 1, state: 1 }, counted: true },
+    { name: 'batch_identifier_unique', key: { batchId: 1, identifier: 1 }, unique: true },
+  ])
+  const contacts = store.collection('contacts')
+  await contacts.insertMany(Array.from({ length: 100 }, (_, i) => ({ _id: `c${i}`, batchId: 'b0', identifier: `i${i}`, state: 'pending', kind: i % 2 ? 'x' : 'y' })))
+  const counts = async (fields: string[]) => {
+    const out: Record<string, number> = {}
+    for (const row of await contacts.countBy({ batchId: 'b0' }, fields)) out[row.values.join('/')] = row.n
+    return out
+  }
+  const numbers = async (fields: string[]) => {
+    const out: Record<string, number> = {}
+    for (const d of await contacts.find({})) out[fields.map(f => d[f]).join('/')] = (out[fields.map(f => d[f]).join('/')] ?? 0) + 1
+    return out
+  }
+  // All queued in one tick, none awaited before the next: claims, a duplicate insert, settlements.
+  const claims = Array.from({ length: 40 }, (_, i) => contacts.updateOne({ _id: `c${i}` }, { $set: { state: 'in_progress' } }))
+  const duplicate = contacts.insertOne({ _id: 'dup', batchId: 'b0', identifier: 'i3', state: 'pending', kind: 'x' })
+  const settlements = Array.from({ length: 40 }, (_, i) => contacts.updateOne({ _id: `c${i}` }, { $set: { state: i % 4 ? 'pending' : 'done' } }))
+  const settled = await Promise.allSettled([...claims, duplicate, ...settlements])
+  t.same(
+    settled.map((s, i) => [i, s.status]).filter(([, status]) => status === 'rejected'),
+    [[40, 'rejected']],
+    'only the duplicate is refused',
+  )
+  t.type((settled[40] as PromiseRejectedResult).reason, DuplicateKeyError)
+  t.same(await counts(['state']), await numbers(['state']))
+  t.same(await counts(['state']), { done: 10, pending: 90 })
+
+  // Moves queued before a redefinition of the counted index, in the same transaction, and after it.
+  const before = Array.from({ length: 20 }, (_, i) => contacts.updateOne({ _id: `c${50 + i}` }, { $set: { state: 'in_progress' } }))
+  const redefined = store.ensureIndexes('contacts', [{ name: 'batch_state', key: { batchId: 1, state: 1, kind: 1 }, counted: true }])
+  const after = Array.from({ length: 10 }, (_, i) => contacts.updateOne({ _id: `c${80 + i}` }, { $set: { state: 'done' } }))
+  await Promise.all([...before, redefined, ...after])
+  t.same(await counts(['state', 'kind']), await numbers(['state', 'kind']))
+  // The stored numbers themselves, not only what a query answers from them.
+  const stored: Record<string, number> = {}
+  for (const { key, value } of store.countDb('contacts', 'batch_state').getRange({})) stored[key.filter((_, i) => i % 2 === 1).slice(1).join('/')] = value
+  t.same(stored, await numbers(['state', 'kind']), 'the rebuilt numbers count each move once, under the new definition only')
+})
+
 t.test('an index declared counted after it had entries: counts from the start, its old entries emptied in the background', async t => {
   const path = tempDir(t)
   const first = new LmdbStore({ path, sweepIntervalMs: 0 })
