@@ -49,12 +49,17 @@ export class WriteBatches {
    * transaction's other work is not affected: work throws before it writes).
    */
   run<R>(work: () => R, queuedAt?: number): Promise<R> {
-    if (!this.queued) {
-      const batch: Queued[] = (this.queued = [])
-      this.committed = this.env.transaction(() => this.runBatch(batch)) as Promise<Settled[]>
+    let committed = this.committed
+    let index = 0
+    if (this.queued && committed) {
+      index = this.queued.push({ work, queuedAt }) - 1
+    } else {
+      const batch: Queued[] = (this.queued = [{ work, queuedAt }])
+      // Already inside a write transaction of this thread, lmdb-js runs the callback at once
+      // and answers its result, not a promise.
+      committed = this.committed = Promise.resolve(this.env.transaction(() => this.runBatch(batch)) as Settled[] | Promise<Settled[]>)
     }
-    const index = this.queued.push({ work, queuedAt }) - 1
-    return this.committed!.then(settled => {
+    return committed.then(settled => {
       const outcome = settled[index]!
       if ('error' in outcome) throw outcome.error
       return outcome.value as R
