@@ -532,18 +532,23 @@ class LmdbCollection<T extends Doc> implements Collection<T> {
   /** Counted moves not yet written, per counted index (see count()). */
   private readonly countMoves = new Map<Database<number, KeyPart[]>, Map<string, { key: KeyPart[]; by: number }>>()
 
-  /** Writes the counted moves (removing a key at zero: only keys some document has are kept). */
+  /**
+   * Writes the counted moves (removing a key at zero: only keys some document has are kept). Each
+   * is forgotten once written: after a write that fails (the map full), the next flush writes
+   * only the rest.
+   */
   flushCounts() {
-    if (this.countMoves.size === 0) return
     for (const [counts, moves] of this.countMoves) {
-      for (const { key, by } of moves.values()) {
-        if (by === 0) continue
-        const n = (counts.get(key) ?? 0) + by
-        if (n > 0) counts.putSync(key, n)
-        else counts.removeSync(key)
+      for (const [id, { key, by }] of moves) {
+        if (by !== 0) {
+          const n = (counts.get(key) ?? 0) + by
+          if (n > 0) counts.putSync(key, n)
+          else counts.removeSync(key)
+        }
+        moves.delete(id)
       }
+      this.countMoves.delete(counts)
     }
-    this.countMoves.clear()
   }
 
   /** Takes a document's key out of an index, or one off its number. */

@@ -87,11 +87,15 @@ export class WriteBatches {
           settled.push({ error })
         }
       }
-    } finally {
+      // A failure here (the map full) rejects every write of the callback; what was not
+      // written stays pending for the next one.
       this.holds.run(() => {
-        for (const owner of this.pending) owner.flushCounts()
-        this.pending.clear()
+        for (const owner of this.pending) {
+          owner.flushCounts()
+          this.pending.delete(owner)
+        }
       })
+    } finally {
       this.running = 0
     }
     return settled

@@ -517,6 +517,31 @@ t.test('separate writes queued together share one transaction: their moves add u
   t.same(stored, await numbers(['state', 'kind']), 'the rebuilt numbers count each move once, under the new definition only')
 })
 
+t.test('counted moves whose write fails are told to their writes and written by the next transaction: the numbers end up matching the documents', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  await store.ensureIndexes('contacts', [{ name: 'batch_state', key: { batchId: 1, state: 1 }, counted: true }])
+  const contacts = store.collection('contacts')
+  await contacts.insertMany(Array.from({ length: 10 }, (_, i) => ({ _id: `c${i}`, batchId: 'b0', state: 'pending' })))
+  const counts = store.countDb('contacts', 'batch_state')
+  const put = counts.putSync.bind(counts)
+  // The second put fails: the first number is written, the second is not.
+  let puts = 0
+  counts.putSync = ((...args: Parameters<typeof put>) => {
+    if (++puts === 2) throw new Error('MDB_MAP_FULL (test)')
+    return put(...args)
+  }) as typeof counts.putSync
+  const settled = await Promise.allSettled(['c0', 'c1'].map(_id => contacts.updateOne({ _id }, { $set: { state: 'done' } })))
+  t.same(settled.map(s => s.status), ['rejected', 'rejected'], 'the writes of that transaction are told')
+  await contacts.updateOne({ _id: 'c2' }, { $set: { state: 'done' } })
+  const stored: Record<string, number> = {}
+  for (const { key, value } of counts.getRange({})) stored[key[3] as string] = value
+  const numbers: Record<string, number> = {}
+  for (const d of await contacts.find({})) numbers[d.state] = (numbers[d.state] ?? 0) + 1
+  t.same(stored, numbers)
+  t.same(stored, { done: 3, pending: 7 })
+})
+
 t.test('an index declared counted after it had entries: counts from the start, its old entries emptied in the background', async t => {
   const path = tempDir(t)
   const first = new LmdbStore({ path, sweepIntervalMs: 0 })
