@@ -433,14 +433,19 @@ t.test('a counted index answers counts without reading documents or entries, and
   t.ok(second.reads.documents > 0)
 })
 
-t.test('the moves of one write transaction add up on a counted index: its numbers match the documents, and a key no document has is gone', async t => {
-  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
-  t.teardown(() => store.close())
+/** A store whose contacts keep a counted (batchId, state) index and a unique (batchId, identifier) one. */
+async function contactsCountedByState(test: { teardown(fn: () => unknown): void }) {
+  const store = new LmdbStore({ path: tempDir(test), sweepIntervalMs: 0 })
+  test.teardown(() => store.close())
   await store.ensureIndexes('contacts', [
     { name: 'batch_state', key: { batchId: 1, state: 1 }, counted: true },
     { name: 'batch_identifier_unique', key: { batchId: 1, identifier: 1 }, unique: true },
   ])
-  const contacts = store.collection('contacts')
+  return { store, contacts: store.collection('contacts') }
+}
+
+t.test('the moves of one write transaction add up on a counted index: its numbers match the documents, and a key no document has is gone', async t => {
+  const { store, contacts } = await contactsCountedByState(t)
   const numbers = async () => {
     const out: Record<string, number> = {}
     for (const d of await contacts.find({})) out[`${d.batchId}/${d.state}`] = (out[`${d.batchId}/${d.state}`] ?? 0) + 1
@@ -473,13 +478,7 @@ t.test('the moves of one write transaction add up on a counted index: its number
 })
 
 t.test('separate writes queued together share one transaction: their moves add up, a refused one fails alone, a counted index redefined among them counts exactly', async t => {
-  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
-  t.teardown(() => store.close())
-  await store.ensureIndexes('contacts', [
-    { name: 'batch_state', key: { batchId: 1, state: 1 }, counted: true },
-    { name: 'batch_identifier_unique', key: { batchId: 1, identifier: 1 }, unique: true },
-  ])
-  const contacts = store.collection('contacts')
+  const { store, contacts } = await contactsCountedByState(t)
   await contacts.insertMany(Array.from({ length: 100 }, (_, i) => ({ _id: `c${i}`, batchId: 'b0', identifier: `i${i}`, state: 'pending', kind: i % 2 ? 'x' : 'y' })))
   const counts = async (fields: string[]) => {
     const out: Record<string, number> = {}
