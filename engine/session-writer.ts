@@ -124,7 +124,7 @@ export class WriteBehind {
    */
   private async flush(writers: SessionWriter[]) {
     const { store, fenced } = this.options
-    const taken: { writer: SessionWriter; entries: HistoryEntry[]; docs: LogDoc[] }[] = []
+    const taken: { writer: SessionWriter; entries: HistoryEntry[]; upTo: number; docs: LogDoc[] }[] = []
     for (const writer of writers) {
       const { session } = writer
       if (fenced && !session.finished() && session.fence() === undefined) {
@@ -135,9 +135,9 @@ export class WriteBehind {
         writer.settle()
         continue
       }
-      const entries = writer.takeEntries()
+      const { entries, upTo } = writer.takeEntries()
       try {
-        taken.push({ writer, entries, docs: encode(() => store.logDocs(session.id, entries)) })
+        taken.push({ writer, entries, upTo, docs: encode(() => store.logDocs(session.id, entries)) })
       } catch (error) {
         writer.failed(entries, error)
       }
@@ -156,13 +156,13 @@ export class WriteBehind {
     if (!logError) for (const { writer } of taken) writer.logged()
     // Not awaited: each writer's failures are handled in it (failed() retries or gives up).
     void Promise.all(
-      taken.map(async ({ writer, entries }) => {
+      taken.map(async ({ writer, entries, upTo }) => {
         if (logError && entries.length) return writer.failed(entries, logError)
         try {
           // A snapshot of this session still being written by an earlier batch: this change is
           // taken up again once that write is done (one snapshot write per session at a time).
           if ((await writer.writeSnapshot()) === 'busy') return
-          writer.succeeded()
+          writer.succeeded(upTo)
         } catch (error) {
           writer.failed([], error)
         }
@@ -201,7 +201,6 @@ export class SessionWriter {
   private attempts = 0
   private retry: NodeJS.Timeout | null = null
   private givenUp = false
-  private inBatch = 0
 
   constructor(
     readonly session: WrittenSession,
@@ -305,11 +304,10 @@ export class SessionWriter {
     return this.pending.some(entry => entry.seq <= seq)
   }
 
-  /** @internal */
-  takeEntries(): HistoryEntry[] {
-    this.inBatch = this.asked
+  /** @internal the entries a batch writes now, and the changes asked for so far (what its success settles). */
+  takeEntries(): { entries: HistoryEntry[]; upTo: number } {
     this.taken = this.pending.splice(0)
-    return this.taken
+    return { entries: this.taken, upTo: this.asked }
   }
 
   /** @internal the entries taken by this batch are committed. */
@@ -361,14 +359,18 @@ export class SessionWriter {
     this.owner.mark(this)
   }
 
-  /** @internal */
-  succeeded() {
+  /**
+   * @internal the batch that took the changes up to `upTo` is written. Its own bound, not the
+   * latest batch's: a later batch may have taken newer entries whose insert is not committed yet
+   * (a history read waiting for them would otherwise read the log without them).
+   */
+  succeeded(upTo: number) {
     this.attempts = 0
     if (this.givenUp) {
       this.givenUp = false
       this.owner.cleared(this, true)
     }
-    this.settle(this.inBatch)
+    this.settle(upTo)
     this.resumeAfterSnapshot()
   }
 

@@ -215,6 +215,42 @@ t.test('a message waits for its own history entry: a failed snapshot of an earli
   t.same((await store.entriesAfter(SESSION, 0)).map(e => e.seq), [1, 2])
 })
 
+t.test('a history read waits for the entries asked for: an earlier batch`s snapshot that ends does not count a later batch`s entries as written', async t => {
+  const { WriteBehind } = await import('../../engine/session-writer.js')
+  const { SessionStore } = await import('../../engine/session-store.js')
+  const store = new SessionStore(new MemoryStore())
+  // Gates: the first snapshot write waits until released (then succeeds); the second batch's log insert waits.
+  let releaseSnapshot!: () => void
+  const snapshotHeld = new Promise<void>(resolve => (releaseSnapshot = resolve))
+  let snapshots = 0
+  store.writeSnapshot = async () => {
+    if (++snapshots === 1) await snapshotHeld
+    return true
+  }
+  const secondInsert = holdInsert(store, 2)
+  const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), fenced: false, stopping: () => false })
+  const session = { id: SESSION, finished: () => false, snapshot: () => ({ state: 'active', agentId: 'a', snapshot: '{}', logPosition: 0, eventSeq: 0, deadlines: { idle: 0, tools: [] }, updatedAt: 0 }) as any, fence: () => undefined, lost: () => {} }
+  const records = { note: () => {}, flushCounts: () => {}, written: async () => {} } as any
+  const writer = writeBehind.writer(session, records)
+
+  writer.append({ seq: 1, at: 1, type: 'message.user', text: 'one' })
+  await writer.entriesWritten(1)
+  for (let i = 0; i < 400 && snapshots < 1; i++) await sleep(5)
+  t.equal(snapshots, 1, 'the first batch`s snapshot is being written (held)')
+  writer.append({ seq: 2, at: 2, type: 'session.paused' })
+  for (let i = 0; i < 400 && secondInsert.inserts < 2; i++) await sleep(5)
+  t.equal(secondInsert.inserts, 2, 'the second batch is inserting (held)')
+  // What GET /history waits for before it reads the log.
+  let flushed = false
+  const read = writer.flushed().then(() => (flushed = true))
+  releaseSnapshot()
+  await sleep(30)
+  t.notOk(flushed, 'not flushed while the second entry is still being written')
+  secondInsert.release()
+  await read
+  t.same((await store.entriesAfter(SESSION, 0)).map(e => e.seq), [1, 2], 'the read finds both entries')
+})
+
 t.test('a new session`s document is written once: its opening snapshot is not written again, a change right after opening is', async t => {
   const { WriteBehind } = await import('../../engine/session-writer.js')
   const { SessionStore } = await import('../../engine/session-store.js')
