@@ -258,9 +258,14 @@ t.test('2 gateways, 2 engines, 2 workers: kill -9 an engine and a worker, restar
     t.equal(resumed.status, 200, 'the other gateway accepts the resumption')
     const stream = resumed.stream!
     t.match(await stream.next(), { event: 'session.consumer.attached', id: String(lastId), data: { consumerId: s.consumerId, resumed: true, lastEventId: lastId } })
-    for (let i = 0; i < missed.length; i++) await stream.next(undefined, 15_000)
+    // A heartbeat published while away may be replayed among them (the witness's are left out above too).
+    const replayed: typeof missed = []
+    while (replayed.length < missed.length) {
+      const event = await stream.next(undefined, 15_000)
+      if (event.event !== 'hearthbeat') replayed.push(event)
+    }
     t.same(
-      stream.events.slice(1).map(e => [e.id, e.event, e.data]),
+      replayed.map(e => [e.id, e.event, e.data]),
       missed.map(e => [e.id, e.event, e.data]),
       'every event missed while away, in order, with its original id, from a gateway that never served the session',
     )
