@@ -126,12 +126,12 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update, copy
     }
     return node
   }
-  const $set = update.$set ?? {}
+  const $set = update.$set
   for (const path in $set) {
     const value = $set[path]
     const parent = parentOf(path, true)
     const leaf = leafOf(path)
-    if (!parent || /^\d+$/.test(leaf)) return undefined
+    if (!parent || isArrayIndex(leaf)) return undefined
     const current = parent[leaf]
     if (!(leaf in parent)) changed = true
     else if (value === null || typeof value !== 'object') changed ||= current !== value
@@ -141,7 +141,7 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update, copy
     else if (JSON.stringify(current) !== JSON.stringify(value) || !isDeepStrictEqual(current, value)) changed = true
     parent[leaf] = value !== null && typeof value === 'object' ? clone(value) : value
   }
-  for (const path in update.$unset ?? {}) {
+  for (const path in update.$unset) {
     const parent = parentOf(path, false)
     const leaf = leafOf(path)
     if (parent && leaf in parent) {
@@ -149,7 +149,7 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update, copy
       changed = true
     }
   }
-  const $inc = update.$inc ?? {}
+  const $inc = update.$inc
   for (const path in $inc) {
     const by = $inc[path]
     const parent = parentOf(path, true)
@@ -164,8 +164,8 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update, copy
     parent[leaf] = (current ?? 0) + by
   }
   // $min / $max of numbers (report blocks keep extremes this way); other operands go to mingo.
-  for (const op of ['$min', '$max'] as const) {
-    const bounds = update[op] ?? {}
+  for (const op of MIN_MAX) {
+    const bounds = update[op]
     for (const path in bounds) {
       const value = bounds[path]
       const parent = parentOf(path, true)
@@ -184,6 +184,18 @@ export function applySimpleUpdate(doc: Record<string, any>, update: Update, copy
     }
   }
   return changed
+}
+
+const MIN_MAX = ['$min', '$max'] as const
+
+/** Whether a path part is all digits (an array position: left to mingo). */
+function isArrayIndex(part: string): boolean {
+  if (part.length === 0) return false
+  for (let i = 0; i < part.length; i++) {
+    const c = part.charCodeAt(i)
+    if (c < 48 || c > 57) return false
+  }
+  return true
 }
 
 /** A path's last part ("b" of "a.b"). */
@@ -232,74 +244,131 @@ export function compiled(filter: Filter): Query<any> {
   return query
 }
 
-export const isPrimitive = (v: unknown) => v === null || ['string', 'number', 'boolean'].includes(typeof v)
+export const isPrimitive = (v: unknown) => v === null || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean'
 
-const RANGE_OPS = new Set(['$lt', '$lte', '$gt', '$gte'])
 const isRangeOperand = (v: unknown) => typeof v === 'number' || typeof v === 'string' || v instanceof Date
 
-/**
- * A plain-JS matcher for the filters selection queries send: top-level fields with scalar
- * equality, $in of scalars, or $lt/$lte/$gt/$gte on a number, string or Date. It answers
- * undefined for a document whose value on a filtered path is an array or an embedded document
- * (mongod's rules for those are richer: mingo decides). undefined for any other filter.
- */
-export function fastMatcher(filter: Filter): ((doc: Doc) => boolean | undefined) | undefined {
-  const tests: { path: string; test: (v: unknown) => boolean; raw?: boolean }[] = []
-  for (const [path, condition] of Object.entries(filter)) {
-    if (path.startsWith('$')) return undefined
-    if (isPrimitive(condition)) {
-      tests.push({ path, test: v => v === condition })
-      continue
-    }
-    if (condition === null || typeof condition !== 'object' || condition instanceof Date || Array.isArray(condition)) return undefined
-    const ops = Object.entries(condition as Record<string, unknown>)
-    if (ops.length === 1 && ops[0]![0] === '$in' && Array.isArray(ops[0]![1]) && (ops[0]![1] as unknown[]).every(isPrimitive)) {
-      const allowed = new Set(ops[0]![1] as unknown[])
-      tests.push({ path, test: v => allowed.has(v) })
-      continue
-    }
-    // $ne / $nin of scalars: a missing field reads as null here, as mongod matches it.
-    if (ops.length === 1 && ops[0]![0] === '$ne' && isPrimitive(ops[0]![1])) {
-      const excluded = ops[0]![1]
-      tests.push({ path, test: v => v !== excluded })
-      continue
-    }
-    if (ops.length === 1 && ops[0]![0] === '$nin' && Array.isArray(ops[0]![1]) && (ops[0]![1] as unknown[]).every(isPrimitive)) {
-      const excluded = new Set(ops[0]![1] as unknown[])
-      tests.push({ path, test: v => !excluded.has(v) })
-      continue
-    }
-    // $exists on a top-level field (a stored null exists; only an absent field does not).
-    if (ops.length === 1 && ops[0]![0] === '$exists' && typeof ops[0]![1] === 'boolean' && !path.includes('.')) {
-      const wanted = ops[0]![1]
-      tests.push({ path, raw: true, test: v => (v !== undefined) === wanted })
-      continue
-    }
-    if (ops.length === 0 || !ops.every(([op, operand]) => RANGE_OPS.has(op) && isRangeOperand(operand))) return undefined
-    const checks = ops.map(([op, operand]) => {
-      const kind = operand instanceof Date ? 'date' : typeof operand
-      const bound = operand instanceof Date ? operand.getTime() : (operand as number | string)
-      return (v: unknown) => {
-        // Only values of the operand's type compare (mongod's type bracketing).
-        if ((v instanceof Date ? 'date' : typeof v) !== kind) return false
-        const x = v instanceof Date ? v.getTime() : (v as number | string)
-        return op === '$lt' ? x < bound : op === '$lte' ? x <= bound : op === '$gt' ? x > bound : x >= bound
-      }
-    })
-    tests.push({ path, test: v => checks.every(c => c(v)) })
+/** Operand arrays of $in / $nin longer than this are checked once and tested through a Set. */
+const SET_FROM = 16
+const operandSets = new WeakMap<unknown[], Set<unknown> | null>()
+/** Whether `operand` holds `value`; undefined when it holds anything but scalars (left to mingo). */
+function includes(operand: unknown[], value: unknown): boolean | undefined {
+  if (operand.length <= SET_FROM) {
+    for (const item of operand) if (!isPrimitive(item)) return undefined
+    return operand.includes(value)
   }
-  return doc => {
-    for (const { path, test, raw } of tests) {
-      if (raw) {
-        if (!test((doc as Record<string, unknown>)[path])) return false
+  let set = operandSets.get(operand)
+  if (set === undefined) operandSets.set(operand, (set = operand.every(isPrimitive) ? new Set(operand) : null))
+  return set ? set.has(value) : undefined
+}
+
+/**
+ * One operator of a condition against a document's value: true or false, or undefined for an
+ * operator or operand fastMatch() leaves to mingo. Ranges compare only values of the operand's
+ * type (mongod's type bracketing).
+ */
+function testOperator(op: string, operand: unknown, value: unknown): boolean | undefined {
+  switch (op) {
+    case '$in':
+    case '$nin': {
+      const found = Array.isArray(operand) ? includes(operand, value) : undefined
+      return found === undefined ? undefined : found === (op === '$in')
+    }
+    // A missing field reads as null here, as mongod matches it.
+    case '$ne':
+      return isPrimitive(operand) ? !same(value, operand) : undefined
+    case '$lt':
+    case '$lte':
+    case '$gt':
+    case '$gte': {
+      if (!isRangeOperand(operand)) return undefined
+      const date = operand instanceof Date
+      if (date ? !(value instanceof Date) : typeof value !== typeof operand) return false
+      const x = date ? (value as Date).getTime() : (value as number | string)
+      const bound = date ? operand.getTime() : (operand as number | string)
+      // NaN (never in JSON; an invalid Date): how it orders is mingo's to say.
+      if (x !== x || bound !== bound) return undefined
+      return op === '$lt' ? x < bound : op === '$lte' ? x <= bound : op === '$gt' ? x > bound : x >= bound
+    }
+    default:
+      return undefined
+  }
+}
+
+const DOLLAR = 36
+
+/**
+ * Matches a document against the filters selection queries and writes send, in plain JS and
+ * without building anything per filter: top-level or dotted fields with scalar equality, $in,
+ * $nin and $ne of scalars, $lt/$lte/$gt/$gte on a number, string or Date, $exists on a
+ * top-level field. undefined when the filter has anything else, or when the document's value on
+ * a filtered path is an array or an embedded document (mongod's rules for those are richer):
+ * mingo decides then.
+ */
+export function fastMatch(doc: Doc, filter: Filter): boolean | undefined {
+  // $and, $or, $expr...: the whole filter is mingo's (which also refuses a malformed one).
+  for (const path in filter) if (path.charCodeAt(0) === DOLLAR) return undefined
+  for (const path in filter) {
+    const condition = (filter as Record<string, unknown>)[path]
+    if (condition !== null && typeof condition === 'object') {
+      if (condition instanceof Date || Array.isArray(condition)) return undefined
+      const ops = condition as Record<string, unknown>
+      let n = 0
+      for (const _ in ops) n++
+      if (n === 0) return undefined
+      // $exists on a top-level field (a stored null exists; only an absent field does not).
+      if ('$exists' in ops) {
+        if (n !== 1 || typeof ops.$exists !== 'boolean' || path.includes('.')) return undefined
+        if (((doc as Record<string, unknown>)[path] !== undefined) !== ops.$exists) return false
         continue
       }
       const value = getPath(doc, path, true)
       if (value !== null && typeof value === 'object' && !(value instanceof Date)) return undefined
-      if (!test(value)) return false
+      // Ranges may be combined; $in, $nin and $ne stand alone.
+      for (const op in ops) {
+        if (n > 1 && op !== '$lt' && op !== '$lte' && op !== '$gt' && op !== '$gte') return undefined
+        const passed = testOperator(op, ops[op], value)
+        if (passed !== true) return passed
+      }
+      continue
     }
-    return true
+    if (!isPrimitive(condition)) return undefined
+    const value = getPath(doc, path, true)
+    if (value !== null && typeof value === 'object' && !(value instanceof Date)) return undefined
+    if (!same(value, condition)) return false
   }
+  return true
+}
+
+/** Scalar equality as mongod has it: NaN equals NaN (as in $in). */
+const same = (a: unknown, b: unknown) => a === b || (a !== a && b !== b)
+
+/** Whether fastMatch() decides documents for this filter itself (it may still leave some to mingo). */
+function fastMatchable(filter: Filter): boolean {
+  for (const path in filter) {
+    if (path.startsWith('$')) return false
+    const condition = (filter as Record<string, unknown>)[path]
+    if (isPrimitive(condition)) continue
+    if (typeof condition !== 'object' || condition instanceof Date || Array.isArray(condition)) return false
+    const ops = Object.keys(condition!)
+    if (ops.length === 0) return false
+    const operands = condition as Record<string, unknown>
+    if (ops.length === 1 && ops[0] === '$exists') {
+      if (typeof operands.$exists !== 'boolean' || path.includes('.')) return false
+      continue
+    }
+    if (ops.length === 1 && (ops[0] === '$in' || ops[0] === '$nin')) {
+      const operand = operands[ops[0]]
+      if (!Array.isArray(operand) || !operand.every(isPrimitive)) return false
+      continue
+    }
+    if (ops.length === 1 && ops[0] === '$ne') {
+      if (!isPrimitive(operands.$ne)) return false
+      continue
+    }
+    if (!ops.every(op => (op === '$lt' || op === '$lte' || op === '$gt' || op === '$gte') && isRangeOperand(operands[op]))) return false
+  }
+  return true
 }
 
 /** mongod's order across the scalar types a sort key may hold: null, numbers, strings, booleans, dates. */
@@ -336,21 +405,19 @@ export function compareKeys(a: unknown[], b: unknown[], directions: number[]): n
  * compiled only when first needed (compiling costs far more than matching, and hot filters such
  * as one contact's key are rarely repeated, so the compiled-query cache would not help them).
  */
-export function matcherOf(filter: Filter, fast = fastMatcher(filter)): (doc: Doc) => boolean {
+export function matcherOf(filter: Filter): (doc: Doc) => boolean {
   let query: Query<any> | undefined
-  const slow = (doc: Doc) => (query ??= compiled(filter)).test(doc)
-  return fast ? doc => fast(doc) ?? slow(doc) : slow
+  return doc => fastMatch(doc, filter) ?? (query ??= compiled(filter)).test(doc)
 }
 
 /**
- * Filter, sort, skip and limit in plain JS when fastMatcher() covers the filter and every sort
+ * Filter, sort, skip and limit in plain JS when fastMatch() covers the filter and every sort
  * key is a scalar: with a limit it keeps only the first skip + limit in order (a bounded
  * insertion), instead of sorting every match. undefined: let mingo do it.
  */
 export function fastFind<T extends Doc>(candidates: Iterable<T>, filter: Filter, options: FindOptions): T[] | undefined {
-  const fast = fastMatcher(filter)
-  if (!fast) return undefined
-  const matches = matcherOf(filter, fast)
+  if (!fastMatchable(filter)) return undefined
+  const matches = matcherOf(filter)
   const skip = options.skip ?? 0
   if (!options.sort) {
     const hits: T[] = []
