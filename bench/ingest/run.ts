@@ -25,7 +25,9 @@
 // Hard stop: 4 minutes from start; a row cut short says so and covers what finished.
 import { randomUUID } from 'node:crypto'
 import { rmSync } from 'node:fs'
+import { type Key, open as openLmdb } from 'lmdb'
 import { MongoClient } from 'mongodb'
+import { v7 as orderedId } from 'uuid'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'
 import { startService, type RunningService } from '../../service.js'
@@ -242,16 +244,68 @@ function benchBaseline(requests: number) {
       const at = new Date(now)
       const existing = byKey.get(key)
       if (existing) Object.assign(existing, { name: c.name, addresses: c.addresses, updatedAt: at })
-      else
-        byKey.set(key, {
-          _id: randomUUID(), accountId: 'bench', batchId, identifier, identifierGenerated: c.identifier === undefined, name: c.name,
-          addresses: c.addresses as ContactDoc['addresses'], scheduledAt: null, contactPriority: null, priorityRank: NO_PRIORITY_RANK,
-          customFields: c.customFields ?? {}, state: 'pending', nextAttemptAt: at, attempts: 0, addressAttempts: {}, createdAt: at, updatedAt: at,
-        })
+      else byKey.set(key, { ...contactDoc(batchId, c, at), identifier })
     }
   }
   const seconds = (performance.now() - t0) / 1000
   return { contacts: byKey.size, seconds: Math.round(seconds * 1000) / 1000, contactsPerSecond: Math.round(byKey.size / seconds) }
+}
+
+/** A new contact's document, as the service stores it (time-ordered ids, as the service's). */
+function contactDoc(batchId: string, c: ReturnType<typeof parseContactsBody>[number], at: Date): ContactDoc {
+  return {
+    _id: orderedId(), accountId: 'bench', batchId, identifier: c.identifier ?? randomUUID(), identifierGenerated: c.identifier === undefined, name: c.name,
+    addresses: c.addresses as ContactDoc['addresses'], scheduledAt: null, contactPriority: null, priorityRank: NO_PRIORITY_RANK,
+    customFields: c.customFields ?? {}, state: 'pending', nextAttemptAt: at, attempts: 0, addressAttempts: {}, createdAt: at, updatedAt: at,
+  }
+}
+
+/**
+ * The second baseline, the store's floor: the same bare work (parse, validate, build each
+ * ContactDoc) written with lmdb-js directly, in this process: each document (MessagePack) and
+ * one entry per index of the contacts that holds it (INDEXES, partial filters applied; the
+ * counted ones left out: their numbers are a few puts per transaction), after a look for the
+ * identifier in the unique index, one transaction per request, 4 in flight. No HTTP, no queue,
+ * no plan, no operation. What any store that keeps these indexes on this disk has to do.
+ */
+async function benchLmdbFloor(requests: number) {
+  const dir = `/tmp/switchboard-bench-ingest-floor-${randomUUID()}`
+  const env = openLmdb({ path: dir, mapSize: 8 * 1024 ** 3 })
+  try {
+    const docs = env.openDB<ContactDoc, string>({ name: 'docs', sharedStructuresKey: Symbol.for('structures') })
+    const specs = INDEXES[COLLECTIONS.contacts]!.filter(spec => !spec.counted)
+    const indexes = specs.map(spec => ({
+      db: env.openDB<Buffer, Key[]>({ name: spec.name, encoding: 'binary' }),
+      fields: Object.keys(spec.key),
+      unique: !!spec.unique,
+      covers: (doc: Record<string, unknown>) => Object.entries(spec.partialFilterExpression ?? {}).every(([k, v]) => doc[k] === v),
+    }))
+    const keyPart = (v: unknown): Key => (v instanceof Date ? v.getTime() : (v as Key))
+    const bodies = Array.from({ length: requests }, (_, i) => JSON.stringify({ contacts: contacts(i) }))
+    const batchId = randomUUID()
+    const empty = Buffer.alloc(0)
+    let written = 0
+    const t0 = performance.now()
+    await pool(requests, CONCURRENCY, async i => {
+      const now = Date.now()
+      const batch = parseContactsBody(JSON.parse(bodies[i]!), now).map(c => contactDoc(batchId, c, new Date(now)))
+      await env.transaction(() => {
+        for (const doc of batch) {
+          const keys = indexes.filter(index => index.covers(doc as never)).map(index => ({ index, key: index.fields.map(f => keyPart((doc as never)[f])) }))
+          const taken = keys.some(({ index, key }) => index.unique && [...index.db.getKeys({ start: key, end: [...key, '\uffff'], limit: 1 })].length > 0)
+          if (taken) continue
+          docs.putSync(doc._id, doc)
+          for (const { index, key } of keys) index.db.putSync([...key, doc._id], empty)
+          written++
+        }
+      })
+    })
+    const seconds = (performance.now() - t0) / 1000
+    return { contacts: written, seconds: Math.round(seconds * 1000) / 1000, contactsPerSecond: Math.round(written / seconds), indexEntriesPerContact: indexes.filter(ix => ix.covers(contactDoc(batchId, { name: '', addresses: [] } as never, new Date()) as never)).length }
+  } finally {
+    await env.close()
+    rmSync(dir, { recursive: true, force: true })
+  }
 }
 
 let server: MongoTestServer | undefined
@@ -266,11 +320,17 @@ watchdog.unref()
 console.log(`embedded: ${REQUESTS} x ${PER_REQUEST} contacts, ${CONCURRENCY} in flight`)
 const baseline = benchBaseline(REQUESTS)
 console.log(`baseline (parse + validate + upsert in memory): ${baseline.contactsPerSecond} contacts/s (${baseline.seconds} s)`)
+const floor = await benchLmdbFloor(REQUESTS)
+console.log(`store floor (the same work written to LMDB directly, ${floor.indexEntriesPerContact} index entries per contact): ${floor.contactsPerSecond} contacts/s (${floor.seconds} s)`)
 const rows: Row[] = [await benchService('embedded', REQUESTS)]
 const embedded = rows[0]!
 console.log(`embedded service: ${embedded.endToEndContactsPerSecond} contacts/s end to end, ack p50 ${embedded.ackLatencyP50Ms} ms p99 ${embedded.ackLatencyP99Ms} ms`)
 const ratio = (x: number) => Number(x.toPrecision(2))
-const embeddedRatios = { endToEndOverBaseline: ratio(embedded.endToEndContactsPerSecond / baseline.contactsPerSecond), ackOverBaseline: ratio(embedded.ackContactsPerSecond / baseline.contactsPerSecond) }
+const embeddedRatios = {
+  endToEndOverBaseline: ratio(embedded.endToEndContactsPerSecond / baseline.contactsPerSecond),
+  ackOverBaseline: ratio(embedded.ackContactsPerSecond / baseline.contactsPerSecond),
+  endToEndOverStoreFloor: ratio(embedded.endToEndContactsPerSecond / floor.contactsPerSecond),
+}
 
 let bare: Awaited<ReturnType<typeof benchBare>> | undefined
 if (WITH_MONGO && !pastDeadline()) {
@@ -297,6 +357,7 @@ const table = [
   }),
 ].join('\n')
 console.log('\n' + table + '\n')
+console.log(`store floor: ${floor.contactsPerSecond} contacts/s (lmdb-js directly, ${floor.indexEntriesPerContact} index entries per contact); embedded end to end / floor: ${embeddedRatios.endToEndOverStoreFloor}\n`)
 
 writeResults(import.meta.url, started, {
   ...runHeader(started),
@@ -309,6 +370,7 @@ writeResults(import.meta.url, started, {
     mongo: WITH_MONGO ? { requests: MONGO_REQUESTS, server: process.env.MONGO_URL ? 'MONGO_URL' : 'wire-protocol test server (mockupdb + mongomock)' } : 'not run (INGEST_MONGO=1)',
   },
   baseline,
+  storeFloor: floor,
   embeddedRatios,
   ...(bare ? { bare, mongoRatios } : {}),
   rows,
