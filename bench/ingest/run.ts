@@ -11,7 +11,8 @@
 //     contacts, 4 in flight. Baseline in the same run: the bare work of the same loads in this
 //     process without the service: JSON.parse of the same bodies, the route's own validation
 //     (parseContactsBody) and an upsert of each ContactDoc into a Map by (batchId, identifier).
-//     Ratios: service / baseline, for ack and for end-to-end.
+//     Ratios: service / baseline, for ack and for end-to-end. A second baseline, the store's
+//     floor: the same bare work written with lmdb-js directly (benchLmdbFloor); end-to-end / floor.
 //   - mongo (INGEST_MONGO=1 or MONGO_URL): the same against the MongoDB wire-protocol test server
 //     (test/support/mongo-wire-server.py: mockupdb + mongomock, pure Python, every query a scan),
 //     beside a bare `mongodb` driver insertMany loop of the same documents on the same server.
