@@ -21,7 +21,9 @@
 //   reads them); BENCH_TRACE_GC=1 adds --trace-gc; BENCH_PROMOTED=1 profiles only what outlived
 //   young-generation collections; BENCH_SERVER_NODE_FLAGS='--flag ...' adds Node/V8 flags to the
 //   server processes (e.g. --heapsnapshot-signal=SIGUSR2 --diagnostic-dir=/tmp/hs)
-import { fork, type ChildProcess } from 'node:child_process'
+// After the runs, with switchboard among the targets: the session machine alone (machine-alone.ts,
+// in a process of its own), its CPU per turn beside the targets' CPU per message.
+import { execFileSync, fork, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { Agent, request } from 'node:http'
 import { connect, type Socket } from 'node:net'
@@ -96,6 +98,18 @@ function ask<T>(child: ChildProcess, type: string, field?: string): Promise<T> {
     child.on('message', on)
     child.send({ type })
   })
+}
+
+/** The session machine's CPU per turn, alone (machine-alone.ts in a process of its own); null if it fails. */
+function machineAlone(): { turns: number; cpuMsPerTurn: number; complete: boolean } | null {
+  try {
+    const out = execFileSync(process.execPath, ['--import', '@tapjs/typescript/import', join(here, 'machine-alone.ts')], { encoding: 'utf8', timeout: 120_000 })
+    const result = JSON.parse(out.trim().split('\n').at(-1)!)
+    return result.complete ? result : null
+  } catch (error) {
+    console.error(`session machine alone: not measured (${(error as Error).message})`)
+    return null
+  }
 }
 
 export function startServer(mode: string, env: Record<string, string> = {}): Promise<Server> {
@@ -536,12 +550,18 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     }
     console.log(`switchboard / ${BASELINE}: ${JSON.stringify(ratio, (_k, v) => (typeof v === 'number' ? Number(v.toFixed(2)) : v))}`)
   }
+  const machine = sb ? machineAlone() : null
+  if (machine) {
+    const perMessage = (target: string) => summary[target].rates.map((r: any) => `${f(r.cpuMsPerMessage, 3)} at ${r.rate}/s`).join(', ')
+    console.log(`session machine alone (machine-alone.ts, ${machine.turns} turns): ${f(machine.cpuMsPerTurn, 3)} ms CPU per turn; switchboard ${perMessage('switchboard')}${base ? `; ${BASELINE} ${perMessage(BASELINE)}` : ''} (ms CPU per message)`)
+  }
   writeResults(import.meta.url, started, {
     date: new Date().toISOString(),
     machine: machineInfo(),
     config: { runs: RUNS, sessions: N, hold: HOLD, rates: RATES, seconds: SECONDS, targets: TARGETS, heartbeatMs: Number(process.env.BENCH_HEARTBEAT_MS ?? 1000) },
     summary,
     ratio,
+    machineAlone: machine,
     runs,
     wallSeconds: (Date.now() - started) / 1000,
   })
