@@ -9,6 +9,7 @@ import { ApiError } from '../gateway/errors.js'
 import { OverloadGuard } from '../gateway/overload.js'
 import type { Platform } from '../platform/index.js'
 import { OffLoopStore, type Store } from '../platform/store/index.js'
+import { settledWithin } from '../platform/timing.js'
 import type { SessionRecorder } from '../reports/index.js'
 import type { CrewCatalog, Crew } from './crews.js'
 import { CrewSlots } from './crew-slots.js'
@@ -1110,18 +1111,6 @@ const isGenerating = (snapshot: SessionSnapshot) => activeState(snapshot) === 'g
 const isBusy = (snapshot: SessionSnapshot) => {
   const state = activeState(snapshot)
   return snapshot.status === 'active' && (state === 'generating' || state === 'tooling')
-}
-
-/** Resolves when `work` settles (either way) or after `timeoutMs`, whichever comes first. */
-function settledWithin(work: Promise<unknown>, timeoutMs: number): Promise<void> {
-  return new Promise(resolve => {
-    const timer = setTimeout(resolve, timeoutMs)
-    const done = () => {
-      clearTimeout(timer)
-      resolve()
-    }
-    work.then(done, done)
-  })
 }
 
 /** Resolves once the session is between turns (idle, paused or ended), or after `timeoutMs`. */

@@ -17,6 +17,7 @@
 // is the session's position {seq, epoch} (its last event). A request
 // that finds no responder on `sb.session.<id>.cmd` was delivered to nobody, so the gateway may
 // send it to a node's claim subject instead: that is how a session moves off a dead node.
+import { setTimeout as delay } from 'node:timers/promises'
 import { randomUUID } from 'node:crypto'
 import { TimeoutError, type Msg, type NatsConnection, type Subscription as NatsSubscription } from '@nats-io/transport-node'
 import { ApiError } from '../gateway/errors.js'
@@ -56,7 +57,7 @@ interface SessionRequest {
 
 /** Waits before each attempt to take back a session whose lease lapsed (about 15 s in all). */
 const RETAKE_WAITS_MS = [250, 1000, 2000, 4000, 8000]
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms).unref())
+const sleep = (ms: number) => delay(ms, undefined, { ref: false })
 
 /** Commands an engine node remembers by id (about a minute of traffic at a few hundred per second). */
 const RECENT_COMMANDS = 20_000

@@ -17,6 +17,7 @@ import { mountConsole } from './static.js'
 import type { JsonResult, RequestContext, Route, StreamSink } from './routes.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
+import { settledWithin } from '../platform/timing.js'
 
 export interface GatewayOptions {
   uws: UwsModule
@@ -131,7 +132,7 @@ export class Gateway {
           // under it, and the client sees a reset instead of our answer: read the rest first,
           // within bounds (a JSON body is capped by maxBodyBytes already).
           if (body instanceof BodyStream) await body.drain(this.options.maxBodyBytes, EARLY_ANSWER_DRAIN_MS)
-          else await Promise.race([body.catch(() => undefined), new Promise(r => setTimeout(r, EARLY_ANSWER_DRAIN_MS).unref())])
+          else await settledWithin(body, EARLY_ANSWER_DRAIN_MS)
           throw error
         })
       }),

@@ -7,6 +7,7 @@
 // The report is stored first (`dialer_webhook_reports`, keyed by attempt id: a second report is
 // refused atomically, whichever process receives it) and then handed to the waiting attempt
 // in-process; an attempt waiting in another process finds it by polling the store.
+import { setTimeout as delay } from 'node:timers/promises'
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import { ApiError } from '../../gateway/errors.js'
 import { DuplicateKeyError, type Collection } from '../../platform/store/index.js'
@@ -63,7 +64,7 @@ export function checkSignature(secret: string, headers: Record<string, string | 
   return null
 }
 
-const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, Math.max(0, ms)).unref())
+const sleep = (ms: number) => delay(Math.max(0, ms), undefined, { ref: false })
 
 class Permanent extends Error {}
 
