@@ -286,6 +286,7 @@ async function benchLmdbFloor(requests: number) {
     const batchId = randomUUID()
     const empty = Buffer.alloc(0)
     let written = 0
+    let entriesPerContact = 0
     const t0 = performance.now()
     await pool(requests, CONCURRENCY, async i => {
       const now = Date.now()
@@ -297,12 +298,13 @@ async function benchLmdbFloor(requests: number) {
           if (taken) continue
           docs.putSync(doc._id, doc)
           for (const { index, key } of keys) index.db.putSync([...key, doc._id], empty)
+          entriesPerContact = keys.length
           written++
         }
       })
     })
     const seconds = (performance.now() - t0) / 1000
-    return { contacts: written, seconds: Math.round(seconds * 1000) / 1000, contactsPerSecond: Math.round(written / seconds), indexEntriesPerContact: indexes.filter(ix => ix.covers(contactDoc(batchId, { name: '', addresses: [] } as never, new Date()) as never)).length }
+    return { contacts: written, seconds: Math.round(seconds * 1000) / 1000, contactsPerSecond: Math.round(written / seconds), indexEntriesPerContact: entriesPerContact }
   } finally {
     await env.close()
     rmSync(dir, { recursive: true, force: true })
