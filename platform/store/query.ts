@@ -343,34 +343,6 @@ export function fastMatch(doc: Doc, filter: Filter): boolean | undefined {
 /** Scalar equality as mongod has it: NaN equals NaN (as in $in). */
 const same = (a: unknown, b: unknown) => a === b || (a !== a && b !== b)
 
-/** Whether fastMatch() decides documents for this filter itself (it may still leave some to mingo). */
-function fastMatchable(filter: Filter): boolean {
-  for (const path in filter) {
-    if (path.startsWith('$')) return false
-    const condition = (filter as Record<string, unknown>)[path]
-    if (isPrimitive(condition)) continue
-    if (typeof condition !== 'object' || condition instanceof Date || Array.isArray(condition)) return false
-    const ops = Object.keys(condition!)
-    if (ops.length === 0) return false
-    const operands = condition as Record<string, unknown>
-    if (ops.length === 1 && ops[0] === '$exists') {
-      if (typeof operands.$exists !== 'boolean' || path.includes('.')) return false
-      continue
-    }
-    if (ops.length === 1 && (ops[0] === '$in' || ops[0] === '$nin')) {
-      const operand = operands[ops[0]]
-      if (!Array.isArray(operand) || !operand.every(isPrimitive)) return false
-      continue
-    }
-    if (ops.length === 1 && ops[0] === '$ne') {
-      if (!isPrimitive(operands.$ne)) return false
-      continue
-    }
-    if (!ops.every(op => (op === '$lt' || op === '$lte' || op === '$gt' || op === '$gte') && isRangeOperand(operands[op]))) return false
-  }
-  return true
-}
-
 /** mongod's order across the scalar types a sort key may hold: null, numbers, strings, booleans, dates. */
 export const typeRank = (v: unknown) => (v === null ? 0 : typeof v === 'number' ? 1 : typeof v === 'string' ? 2 : typeof v === 'boolean' ? 3 : 4)
 
@@ -411,12 +383,12 @@ export function matcherOf(filter: Filter): (doc: Doc) => boolean {
 }
 
 /**
- * Filter, sort, skip and limit in plain JS when fastMatch() covers the filter and every sort
- * key is a scalar: with a limit it keeps only the first skip + limit in order (a bounded
- * insertion), instead of sorting every match. undefined: let mingo do it.
+ * Filter, sort, skip and limit in plain JS when every sort key is a scalar (documents fastMatch()
+ * cannot decide are tested by mingo, one at a time): with a limit it keeps only the first
+ * skip + limit in order (a bounded insertion), instead of sorting every match. undefined: let
+ * mingo do it.
  */
 export function fastFind<T extends Doc>(candidates: Iterable<T>, filter: Filter, options: FindOptions): T[] | undefined {
-  if (!fastMatchable(filter)) return undefined
   const matches = matcherOf(filter)
   const skip = options.skip ?? 0
   if (!options.sort) {
