@@ -1,6 +1,6 @@
 // The actor host: owns the live session actors of this process. It turns transport commands
 // into machine events (refusing what the machine would ignore), runs the effects the machine
-// asks for (providers; tools through engine/tools.ts), fans published events out to listeners,
+// asks for (the assistant's reply through engine/generation.ts; tools through engine/tools.ts), fans published events out to listeners,
 // restores sessions persisted by any node, and keeps deadlines armed as timers. What a session
 // leaves in the store goes through its SessionWriter (engine/session-writer.ts) to the
 // SessionStore (engine/session-store.ts).
@@ -30,57 +30,20 @@ import {
   type SessionSnapshot,
   type ToolRunInput,
 } from './machine.js'
-import { ToolRunner, type RequestedCall } from './tools.js'
+import { ToolRunner } from './tools.js'
 import type { AssistantProvider } from './providers/types.js'
+import { type GenerationDeps, runGeneration } from './generation.js'
+import { snapshotView } from './snapshot-view.js'
+import { Hibernation } from './hibernation.js'
 import { digestAdd, recentWindow, summarizeDigest } from './conversation.js'
 import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
 import { RecordWriter } from './record-writer.js'
 import { AttentionRules } from './attention.js'
 import { SessionStore, type SnapshotWrite } from './session-store.js'
-import { SessionWriter, WriteBehind } from './session-writer.js'
-import type { ConversationMessage, PublishedEvent } from './types.js'
-
-interface LiveSession {
-  id: string
-  accountId: string
-  crew: Crew
-  /**
-   * The session's actor; null while hibernated: a session quiet for ENGINE_HIBERNATE_AFTER_MS
-   * (idle or paused, nothing pending, everything written) lets its actor go and is woken from
-   * its persisted snapshot by its next command (or its idle deadline). Its streams stay open.
-   */
-  actor: Actor<typeof sessionMachine> | null
-  /** Set while the actor is being woken. */
-  waking: Promise<void> | null
-  /** Commands in progress (a pinned session is not hibernated). */
-  pins: number
-  /** A turn is in flight (generating or running tools): counted in turnsInFlight. */
-  busy: boolean
-  /** When it last became quiet (0: busy); the hibernation queue checks it. */
-  quietSince: number
-  unbind: (() => void) | null
-  listeners: Set<TransportListener>
-  /** Seq of the last event published (the SSE id of the session's streams). */
-  eventSeq: number
-  /** No id past it is published before the document says so (0: not kept, the event log is durable). */
-  eventBound: number
-  /** Consumer ids known to the session, least recently used first (bounded: ENGINE_MAX_CONSUMER_IDS_PER_SESSION). */
-  consumers: Set<string>
-  /** Its history, snapshot and report record on their way to the store. */
-  writer: SessionWriter
-  idleTimer: { deadline: number; timer: NodeJS.Timeout } | null
-  /** The context's idle deadline as last seen (kept while hibernated). */
-  idleDeadline: number
-  toolTimers: Map<string, NodeJS.Timeout>
-  finished: boolean
-  /** Why it closed, once finished (its tombstone says the same once written). */
-  closedAs: string | null
-  /** The machine's `session.closed` event, held back until the close is written (finish()). */
-  closingNotice: PublishedEvent | null
-  /** Set once destroyed: resolves when its resources are released. */
-  cleanup: Promise<void> | null
-}
+import { WriteBehind } from './session-writer.js'
+import type { ConversationMessage } from './types.js'
+import { isBusy, isGenerating, isQuiet, type LiveSession, settled, touchConsumer } from './live-session.js'
 
 export interface HostOptions {
   platform: Platform
@@ -147,11 +110,8 @@ export class SessionHost {
   readonly events: EventLog
   /** Every live session's history and snapshot writes, batched off the turn's path. */
   readonly writeBehind: WriteBehind
-  /** Quiet sessions in the order they became quiet, for hibernation (stale entries are skipped). */
-  private quiet: { live: LiveSession; since: number }[] = []
-  private quietHead = 0
-  private hibernation: NodeJS.Timeout | null = null
-  private hibernating = false
+  /** Quiet sessions let their actor go (engine/hibernation.ts). */
+  private readonly hibernation: Hibernation
   /** Sessions of this node with a turn in flight (ENGINE_MAX_TURNS_IN_FLIGHT). */
   private turnsInFlight = 0
   private readonly overload: OverloadGuard
@@ -176,9 +136,22 @@ export class SessionHost {
     })
     this.slots = new CrewSlots(store)
     this.tools = new ToolRunner(options.crews, options.platform.clock, options.externalToolTimeoutMs)
+    this.hibernation = new Hibernation({
+      afterMs: options.hibernateAfterMs ?? options.platform.config.engine.hibernateAfterMs,
+      now: () => this.now,
+      hibernate: live => this.hibernate(live),
+    })
+    const generation: GenerationDeps = {
+      crews: options.crews,
+      providers: options.providers,
+      tools: this.tools,
+      now: () => this.now,
+      logger: options.platform.logger,
+      publishChunk: (input, index, delta) => this.publishChunk(input, index, delta),
+    }
     this.machine = sessionMachine.provide({
       actors: {
-        generate: fromCallback<SessionEvent, GenerationInput>(({ input, sendBack }) => this.generate(input, sendBack)),
+        generate: fromCallback<SessionEvent, GenerationInput>(({ input, sendBack }) => runGeneration(generation, input, sendBack)),
         runTools: fromCallback<SessionEvent, ToolRunInput>(({ input, sendBack }) => this.tools.run(input, sendBack)),
       },
     })
@@ -191,15 +164,7 @@ export class SessionHost {
   async init() {
     await this.store.ensureIndexes()
     await this.options.recorder.ensureIndexes()
-    const after = this.hibernateAfterMs
-    if (after > 0) {
-      this.hibernation = setInterval(() => this.hibernateQuiet(), Math.max(50, Math.min(1000, after / 4)))
-      this.hibernation.unref()
-    }
-  }
-
-  private get hibernateAfterMs() {
-    return this.options.hibernateAfterMs ?? this.options.platform.config.engine.hibernateAfterMs
+    this.hibernation.start()
   }
 
   liveCount() {
@@ -393,7 +358,7 @@ export class SessionHost {
         if (snapshot.status === 'done') this.finish(live)
         else if (!isGenerating(snapshot)) {
           live.writer.turnEnded()
-          if (live.pins === 0 && isQuiet(snapshot)) this.noteQuiet(live)
+          if (live.pins === 0 && isQuiet(snapshot)) this.hibernation.note(live)
         }
       },
       error: error => {
@@ -422,49 +387,6 @@ export class SessionHost {
   }
 
   // ---------------------------------------------------------------- hibernation
-
-  /** The session is between turns with nothing pending: a candidate for hibernation. */
-  private noteQuiet(live: LiveSession) {
-    if (this.hibernateAfterMs <= 0 || live.finished || !live.actor || live.quietSince) return
-    if (!isQuiet(live.actor.getSnapshot())) return
-    live.quietSince = this.now
-    this.quiet.push({ live, since: live.quietSince })
-  }
-
-  /** Hibernates sessions quiet for long enough: a bounded number per macrotask, oldest first. */
-  private hibernateQuiet() {
-    if (this.hibernating || this.stopped) return
-    this.hibernating = true
-    const due = this.now - this.hibernateAfterMs
-    const slice = () => {
-      let n = 0
-      while (this.quietHead < this.quiet.length && n < 200) {
-        const { live, since } = this.quiet[this.quietHead]!
-        if (since > due) break
-        this.quietHead++
-        n++
-        if (live.quietSince !== since || live.finished || !live.actor) continue
-        if (!isQuiet(live.actor.getSnapshot())) {
-          live.quietSince = 0 // busy again: noted when it is quiet next
-          continue
-        }
-        if (live.pins > 0 || !live.writer.quiet()) {
-          // Still writing: looked at again later.
-          live.quietSince = 0
-          this.noteQuiet(live)
-          continue
-        }
-        this.hibernate(live)
-      }
-      if (this.quietHead > 1024 && this.quietHead * 2 > this.quiet.length) {
-        this.quiet = this.quiet.slice(this.quietHead)
-        this.quietHead = 0
-      }
-      if (n === 200) setImmediate(slice)
-      else this.hibernating = false
-    }
-    slice()
-  }
 
   private hibernate(live: LiveSession) {
     const actor = this.awake(live)
@@ -588,7 +510,7 @@ export class SessionHost {
       return await this.run(live, command)
     } finally {
       live.pins--
-      this.noteQuiet(live)
+      this.hibernation.note(live)
     }
   }
 
@@ -598,7 +520,7 @@ export class SessionHost {
       case 'query.history':
         return this.history(live, command.after, command.limit)
       case 'query.snapshot':
-        return this.snapshotOf(live)
+        return snapshotView(this.awake(live).getSnapshot(), live.crew)
       case 'consumer.attach':
         await this.attachConsumer(live, command.consumerId)
         return { consumerId: command.consumerId }
@@ -695,55 +617,6 @@ export class SessionHost {
 
   // ---------------------------------------------------------------- effects
 
-  private generate(input: GenerationInput, sendBack: (event: SessionEvent) => void) {
-    const controller = new AbortController()
-    let finished = false
-    const crew = this.options.crews.get(input.crewId)
-    const run = async () => {
-      if (!crew) throw new Error(`crew ${input.crewId} is no longer configured`)
-      const provider = this.options.providers[crew.assistant.provider]
-      if (!provider) throw new Error(`no provider ${crew.assistant.provider}`)
-      let text = ''
-      let chunks = 0
-      const calls: RequestedCall[] = []
-      const stream = provider.generate({
-        crew,
-        agentId: input.agentId,
-        turnId: input.turnId,
-        arguments: input.arguments,
-        messages: input.messages,
-        tools: input.toolsAllowed ? crew.tools : [],
-        signal: controller.signal,
-      })
-      for await (const chunk of stream) {
-        if (controller.signal.aborted) return
-        if (chunk.type === 'text') {
-          text += chunk.delta
-          // The machine learns once that the reply is being written; the chunks go straight to
-          // the streams (see engine/machine.ts), in order with what the machine publishes.
-          if (chunks === 0) sendBack({ type: 'gen.writing', at: this.now })
-          this.publishChunk(input, chunks++, chunk.delta)
-        } else {
-          calls.push(chunk)
-        }
-      }
-      if (controller.signal.aborted) return
-      const at = this.now
-      const toolCalls = this.tools.pending(crew, calls, at)
-      finished = true
-      sendBack({ type: 'gen.completed', text, toolCalls, at })
-    }
-    run().catch(error => {
-      finished = true
-      if (controller.signal.aborted) return
-      this.options.platform.logger.warn('assistant generation failed', { sessionId: input.sessionId, error })
-      sendBack({ type: 'gen.failed', error: (error as Error).message, at: this.now })
-    })
-    return () => {
-      if (!finished) controller.abort()
-    }
-  }
-
   /** One chunk of the reply a live session's generation is writing, to its streams. */
   private publishChunk(input: GenerationInput, index: number, delta: string) {
     const live = this.live.get(input.sessionId)
@@ -758,7 +631,7 @@ export class SessionHost {
     const snapshot = live.actor.getSnapshot()
     if (snapshot.status !== 'active') return
     this.armTimers(live, snapshot.context)
-    if (live.pins === 0) this.noteQuiet(live)
+    if (live.pins === 0) this.hibernation.note(live)
   }
 
   private armTimers(live: LiveSession, context: SessionContext) {
@@ -905,45 +778,6 @@ export class SessionHost {
     }
   }
 
-  private snapshotOf(live: LiveSession) {
-    const snapshot = this.awake(live).getSnapshot()
-    const c = snapshot.context
-    const state = stateName(snapshot)
-    return {
-      data: {
-        snapshot: {
-          sessionId: c.sessionId,
-          crewId: c.crewId,
-          state: state.split('.')[0],
-          phase: state.includes('.') ? state.split('.')[1] : null,
-          agentId: c.agentId,
-          transferred: c.transfers > 0,
-          transfers: c.transfers,
-          configuration: {
-            crewId: c.crewId,
-            crewName: live.crew.name,
-            agentId: c.agentId,
-            agents: c.agents,
-            assistant: { provider: live.crew.assistant.provider },
-            modifiers: c.modifiers,
-            tools: live.crew.tools.map(t => ({ id: t.id, description: t.description, external: t.handler === 'external' })),
-            context: { ...c.arguments, ResumenConversacion: c.summary },
-          },
-          memory: {
-            // The recent window the assistant works with; the whole conversation is GET /history.
-            messages: c.messages.map(m => ({ ...m, at: new Date(m.at).toISOString() })),
-            messagesTotal: digestFor(c.digest, c.messages).total,
-            pendingTools: c.pendingTools.map(p => ({ ...p, deadline: p.deadline === undefined ? undefined : new Date(p.deadline).toISOString() })),
-            replyOwed: c.replyOwed,
-          },
-          logPosition: c.seq,
-          createdAt: new Date(c.createdAt).toISOString(),
-          updatedAt: new Date(c.updatedAt).toISOString(),
-        },
-      },
-    }
-  }
-
   // ---------------------------------------------------------------- restore
 
   /** Rebuilds a session persisted by this or another node (timers re-armed from its deadlines). */
@@ -1068,7 +902,7 @@ export class SessionHost {
   /** Stops actors without destroying sessions: they stay persisted for a restore. */
   async stop() {
     this.stopped = true
-    if (this.hibernation) clearInterval(this.hibernation)
+    this.hibernation.stop()
     const released: Promise<void>[] = []
     for (const live of [...this.live.values()]) {
       if (live.finished) continue // closing: its cleanup is awaited below
@@ -1095,34 +929,4 @@ export class SessionHost {
   peek(sessionId: string): SessionSnapshot | undefined {
     return this.live.get(sessionId)?.actor?.getSnapshot()
   }
-}
-
-/** Most recently used last (a Set keeps insertion order). */
-function touchConsumer(live: LiveSession, consumerId: string) {
-  live.consumers.delete(consumerId)
-  live.consumers.add(consumerId)
-}
-
-/** Between turns with nothing pending (idle or paused): what hibernation needs. */
-const isQuiet = (snapshot: SessionSnapshot) =>
-  snapshot.status === 'active' && (activeState(snapshot) === 'idle' || snapshot.value === 'paused') && snapshot.context.pendingTools.length === 0
-
-const isGenerating = (snapshot: SessionSnapshot) => activeState(snapshot) === 'generating'
-const isBusy = (snapshot: SessionSnapshot) => {
-  const state = activeState(snapshot)
-  return snapshot.status === 'active' && (state === 'generating' || state === 'tooling')
-}
-
-/** Resolves once the session is between turns (idle, paused or ended), or after `timeoutMs`. */
-function settled(actor: Actor<typeof sessionMachine>, timeoutMs: number): Promise<void> {
-  if (!isBusy(actor.getSnapshot())) return Promise.resolve()
-  return new Promise(resolve => {
-    const done = () => {
-      clearTimeout(timer)
-      subscription.unsubscribe()
-      resolve()
-    }
-    const timer = setTimeout(done, timeoutMs)
-    const subscription = actor.subscribe({ next: snapshot => void (isBusy(snapshot) || done()), error: done, complete: done })
-  })
 }
