@@ -17,7 +17,6 @@
 //
 // Each collection (lmdb-collection.ts) reads and writes its documents and index entries;
 // index declarations and their definitions are in lmdb-indexes.ts.
-// a bounded slice at a time (TTL_SLICE entries per transaction), never the whole collection.
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { open, type Database, type RootDatabase } from 'lmdb'
