@@ -16,10 +16,10 @@
 //   SOAK_NODE_ARGS="--trace-gc"  more node flags for the service (its output goes to this stdout)
 import { spawn } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { runHeader, writeResults } from '../support.js'
+import { freePorts } from '../../test/support/nats-server.js'
 
 const MINUTES = Number(process.env.SOAK_MINUTES ?? 20)
 const SESSIONS = Number(process.env.SOAK_SESSIONS ?? 60)
@@ -30,14 +30,6 @@ const KEY = 'soak-key-00000000000000000'
 const CHANNEL = '/assistants-channel/api/v1/channel/api/eventstream'
 const started = Date.now()
 const until = started + MINUTES * 60_000
-
-const freePort = () =>
-  new Promise<number>(resolve => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
-  })
 
 /**
  * The demo crews with room for every session of the run: the shipped demo crew allows 100 live
@@ -51,7 +43,7 @@ function crewsFile(): string {
   return path
 }
 
-const [port, metricsPort] = [await freePort(), await freePort()]
+const [port, metricsPort] = (await freePorts(2)) as [number, number]
 const base = `http://127.0.0.1:${port}`
 // The service's node flags. SOAK_CPU_PROFILE=dir: a CPU profile of the whole run (bench/sse/long-ticks.ts
 // finds the long ticks in it); SOAK_NODE_ARGS: any others (e.g. `--trace-gc`; its lines go to this stdout).

@@ -4,9 +4,9 @@
 // callback endpoint's authentication (bad, missing, stale signature) and idempotency (409).
 import t from 'tap'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import { createServer as createNetServer } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { call, STORES, startTestService } from '../support/harness.js'
+import { freePort } from '../support/nats-server.js'
 import { contact, createBatch, load, phone, startBatch } from '../support/dialer.js'
 import { schedulerOf } from '../../dialer/scheduler/index.js'
 import { signWebhook, WEBHOOK_REPORTS, WebhookProvider, type WebhookReportDoc } from '../../dialer/providers/index.js'
@@ -76,14 +76,6 @@ async function report(callbackUrl: string, body: unknown, options: { secret?: st
   })
   const text = await res.text()
   return { status: res.status, json: text ? JSON.parse(text) : undefined }
-}
-
-async function freePort(): Promise<number> {
-  const server = createNetServer()
-  await new Promise<void>(r => server.listen(0, '127.0.0.1', r))
-  const { port } = server.address() as AddressInfo
-  await new Promise<void>(r => server.close(() => r()))
-  return port
 }
 
 const attemptsOf = async (base: string, batchId: string) => (await call(base, 'GET', `/dialer/v1/batches/${batchId}/attempts`)).json.data

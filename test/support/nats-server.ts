@@ -8,7 +8,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
-import { connect as tcpConnect, createServer } from 'node:net'
+import { connect as tcpConnect, createServer, type Server } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
@@ -31,16 +31,24 @@ const START_TIMEOUT_MS = 10_000
 const STDERR_KEEP = 32 * 1024
 
 /** A port that was free a moment ago (the OS picks it; the listener is closed again). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+export async function freePort(): Promise<number> {
+  return (await freePorts(1))[0]!
+}
+
+/**
+ * n distinct free ports: every listener stays open until all are bound, so two calls in a row
+ * cannot be handed the same port (the kernel readily reuses a port just closed).
+ */
+export async function freePorts(n: number): Promise<number[]> {
+  const servers = await Promise.all(Array.from({ length: n }, () => new Promise<Server>((resolve, reject) => {
     const server = createServer()
     server.unref()
     server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
-  })
+    server.listen(0, '127.0.0.1', () => resolve(server))
+  })))
+  const ports = servers.map(server => (server.address() as { port: number }).port)
+  await Promise.all(servers.map(server => new Promise(resolve => server.close(resolve))))
+  return ports
 }
 
 function accepts(port: number): Promise<boolean> {

@@ -8,7 +8,7 @@ import { dirname, join, relative } from 'node:path'
 import { API_KEYS } from './harness.js'
 import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
-import { freePort } from './nats-server.js'
+import { freePorts } from './nats-server.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const SOURCES = ['platform', 'gateway', 'dialer', 'engine', 'reports', 'schemas', 'cli', 'main.ts', 'service.ts']
@@ -68,8 +68,7 @@ export async function startProcess(t: Teardown | undefined, name: string, env: R
   const args = process.env.CLUSTER_TS === '1' ? ['--import', '@tapjs/typescript/import', 'main.ts'] : [join(buildService(), 'main.js')]
   let output = ''
   const launch = async () => {
-    const port = await freePort()
-    const metricsPort = await freePort()
+    const [port, metricsPort] = (await freePorts(2)) as [number, number]
     const child = spawn(process.execPath, args, {
       cwd: ROOT,
       // Transpile only (tsc type-checks the code base), as tap runs the tests; load shedding on
