@@ -12,7 +12,8 @@
 //     process without the service: JSON.parse of the same bodies, the route's own validation
 //     (parseContactsBody) and an upsert of each ContactDoc into a Map by (batchId, identifier).
 //     Ratios: service / baseline, for ack and for end-to-end. A second baseline, the store's
-//     floor: the same bare work written with lmdb-js directly (benchLmdbFloor); end-to-end / floor.
+//     floor: the same bare work written with lmdb-js directly (benchLmdbFloor), in transaction
+//     callbacks as the service writes and with lmdb-js's asynchronous puts; end-to-end / floor.
 //   - mongo (INGEST_MONGO=1 or MONGO_URL): the same against the MongoDB wire-protocol test server
 //     (test/support/mongo-wire-server.py: mockupdb + mongomock, pure Python, every query a scan),
 //     beside a bare `mongodb` driver insertMany loop of the same documents on the same server.
@@ -26,7 +27,7 @@
 // Hard stop: 4 minutes from start; a row cut short says so and covers what finished.
 import { randomUUID } from 'node:crypto'
 import { rmSync } from 'node:fs'
-import { type Key, open as openLmdb } from 'lmdb'
+import { type Database, type Key, open as openLmdb } from 'lmdb'
 import { MongoClient } from 'mongodb'
 import { v7 as orderedId } from 'uuid'
 import { loadConfig } from '../../platform/config.js'
@@ -268,8 +269,14 @@ function contactDoc(batchId: string, c: ReturnType<typeof parseContactsBody>[num
  * counted ones left out: their numbers are a few puts per transaction), after a look for the
  * identifier in the unique index, one transaction per request, 4 in flight. No HTTP, no queue,
  * no plan, no operation. What any store that keeps these indexes on this disk has to do.
+ *
+ * Two ways of writing, as lmdb-js offers them: 'transaction' (puts inside a transaction
+ * callback, run on this thread while lmdb-js holds the write lock: how the service writes) and
+ * 'async-puts' (each put encoded here and queued; lmdb-js's own write thread applies the queue
+ * in one transaction and commits). The second does its unique look outside the write, so it
+ * could not refuse a duplicate sent by two requests at once: a floor, not a design.
  */
-async function benchLmdbFloor(requests: number) {
+async function benchLmdbFloor(requests: number, mode: 'transaction' | 'async-puts') {
   const dir = `/tmp/switchboard-bench-ingest-floor-${randomUUID()}`
   const env = openLmdb({ path: dir, mapSize: 8 * 1024 ** 3 })
   try {
@@ -291,17 +298,21 @@ async function benchLmdbFloor(requests: number) {
     await pool(requests, CONCURRENCY, async i => {
       const now = Date.now()
       const batch = parseContactsBody(JSON.parse(bodies[i]!), now).map(c => contactDoc(batchId, c, new Date(now)))
-      await env.transaction(() => {
+      const write = (put: (db: Database<unknown, Key>, key: Key, value: unknown) => unknown) => {
+        let last: unknown
         for (const doc of batch) {
           const keys = indexes.filter(index => index.covers(doc as never)).map(index => ({ index, key: index.fields.map(f => keyPart((doc as never)[f])) }))
           const taken = keys.some(({ index, key }) => index.unique && [...index.db.getKeys({ start: key, end: [...key, '\uffff'], limit: 1 })].length > 0)
           if (taken) continue
-          docs.putSync(doc._id, doc)
-          for (const { index, key } of keys) index.db.putSync([...key, doc._id], empty)
+          put(docs as Database<unknown, Key>, doc._id, doc)
+          for (const { index, key } of keys) last = put(index.db as Database<unknown, Key>, [...key, doc._id], empty)
           entriesPerContact = keys.length
           written++
         }
-      })
+        return last
+      }
+      if (mode === 'transaction') await env.transaction(() => write((db, key, value) => db.putSync(key, value)))
+      else await write((db, key, value) => db.put(key, value))
     })
     const seconds = (performance.now() - t0) / 1000
     return { contacts: written, seconds: Math.round(seconds * 1000) / 1000, contactsPerSecond: Math.round(written / seconds), indexEntriesPerContact: entriesPerContact }
@@ -323,8 +334,10 @@ watchdog.unref()
 console.log(`embedded: ${REQUESTS} x ${PER_REQUEST} contacts, ${CONCURRENCY} in flight`)
 const baseline = benchBaseline(REQUESTS)
 console.log(`baseline (parse + validate + upsert in memory): ${baseline.contactsPerSecond} contacts/s (${baseline.seconds} s)`)
-const floor = await benchLmdbFloor(REQUESTS)
+const floor = await benchLmdbFloor(REQUESTS, 'transaction')
 console.log(`store floor (the same work written to LMDB directly, ${floor.indexEntriesPerContact} index entries per contact): ${floor.contactsPerSecond} contacts/s (${floor.seconds} s)`)
+const asyncFloor = await benchLmdbFloor(REQUESTS, 'async-puts')
+console.log(`store floor with lmdb-js asynchronous puts (written by its write thread): ${asyncFloor.contactsPerSecond} contacts/s (${asyncFloor.seconds} s)`)
 const rows: Row[] = [await benchService('embedded', REQUESTS)]
 const embedded = rows[0]!
 console.log(`embedded service: ${embedded.endToEndContactsPerSecond} contacts/s end to end, ack p50 ${embedded.ackLatencyP50Ms} ms p99 ${embedded.ackLatencyP99Ms} ms`)
@@ -333,6 +346,7 @@ const embeddedRatios = {
   endToEndOverBaseline: ratio(embedded.endToEndContactsPerSecond / baseline.contactsPerSecond),
   ackOverBaseline: ratio(embedded.ackContactsPerSecond / baseline.contactsPerSecond),
   endToEndOverStoreFloor: ratio(embedded.endToEndContactsPerSecond / floor.contactsPerSecond),
+  endToEndOverAsyncPutsFloor: ratio(embedded.endToEndContactsPerSecond / asyncFloor.contactsPerSecond),
 }
 
 let bare: Awaited<ReturnType<typeof benchBare>> | undefined
@@ -360,7 +374,8 @@ const table = [
   }),
 ].join('\n')
 console.log('\n' + table + '\n')
-console.log(`store floor: ${floor.contactsPerSecond} contacts/s (lmdb-js directly, ${floor.indexEntriesPerContact} index entries per contact); embedded end to end / floor: ${embeddedRatios.endToEndOverStoreFloor}\n`)
+console.log(`store floor: ${floor.contactsPerSecond} contacts/s (lmdb-js directly, ${floor.indexEntriesPerContact} index entries per contact); embedded end to end / floor: ${embeddedRatios.endToEndOverStoreFloor}`)
+console.log(`store floor with asynchronous puts: ${asyncFloor.contactsPerSecond} contacts/s; embedded end to end / that floor: ${embeddedRatios.endToEndOverAsyncPutsFloor}\n`)
 
 writeResults(import.meta.url, started, {
   ...runHeader(started),
@@ -374,6 +389,7 @@ writeResults(import.meta.url, started, {
   },
   baseline,
   storeFloor: floor,
+  storeFloorAsyncPuts: asyncFloor,
   embeddedRatios,
   ...(bare ? { bare, mongoRatios } : {}),
   rows,
