@@ -2,21 +2,16 @@
 // collection makes of it (LmdbCollection.loadIndexes), and how definitions and values compare.
 import { isDeepStrictEqual } from 'node:util'
 import type { Database } from 'lmdb'
-import type { Doc } from './types.js'
+import type { Doc, IndexSpec } from './types.js'
 import { NOT_PLAIN, pathValues, plainValueAt, type KeyPart } from './index-keys.js'
 import type { IndexPlan, PlannableIndex } from './planner.js'
 
 /** The m:indexes entry whose number moves with every change of a collection's declarations. */
 export const revisionKey = (collection: string) => `revision:${collection}`
 
-export interface StoredIndex {
-  name: string
-  key: Record<string, 1 | -1>
-  unique?: boolean
-  expireAfterSeconds?: number
+/** An IndexSpec as declared (partitionFields is the in-memory store's alone), and its state here. */
+export interface StoredIndex extends Omit<IndexSpec, 'partitionFields'> {
   multikey?: boolean
-  counted?: boolean
-  partialFilterExpression?: Record<string, string | number | boolean>
   /** Which database holds the entries: i:<collection>:<index>, then @1, @2... after each online rebuild. */
   generation?: number
   /** Being built in the background (see buildOnline); `previous` serves queries meanwhile. */
