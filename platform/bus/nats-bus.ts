@@ -15,7 +15,7 @@
 // Each consume() runs `concurrency` pull lanes; a lane fetches one message and only asks for
 // the next once it has handled it, so a process never holds more than `concurrency` messages
 // and nothing waits in a local buffer while its ack_wait runs out.
-import { setTimeout as delay } from 'node:timers/promises'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { randomUUID } from 'node:crypto'
 import { connect, nanos, type NatsConnection } from '@nats-io/transport-node'
 import {
@@ -54,7 +54,6 @@ export interface NatsBusOptions {
 
 const DEFAULT_MAX_DELIVERIES = 5
 const CONSUMER = 'workers'
-const sleep = (ms: number) => delay(ms)
 
 export function streamName(prefix: string, queue: string) {
   return `${prefix}_${queue.toUpperCase().replace(/[^A-Z0-9_-]/g, '_')}`
