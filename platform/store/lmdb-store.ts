@@ -11,6 +11,7 @@
 //   i:<collection>:<index>  one entry per (indexed values, _id), see index-keys.ts; no value
 //   n:<collection>:<index>  a `counted` index: the number of documents per distinct indexed
 //                           values (no entry per document), see counted-index.ts
+//   l:<log>                 an ordered log (lmdb-log.ts): records by [stream, position]
 //   m:indexes               declared indexes per collection (and whether they went multikey)
 //   m:structures            msgpackr's record structures of each collection's documents
 //                           (shared-structures.ts: a document stores values, not key names)
@@ -20,7 +21,8 @@
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { open, type Database, type RootDatabase } from 'lmdb'
-import type { Collection, CollectionOptions, Doc, IndexSpec, Store } from './types.js'
+import type { Collection, CollectionOptions, Doc, IndexSpec, OrderedLog, Store } from './types.js'
+import { LmdbLog } from './lmdb-log.js'
 import { type Clock, systemClock } from '../clock.js'
 import type { Logger } from '../logger.js'
 import type { KeyPart } from './index-keys.js'
@@ -101,6 +103,14 @@ export class LmdbStore implements Store {
     const collection = this.open<T>(name, options)
     if (collection.json !== !!options.json) throw new Error(`collection ${name} is opened both as JSON and as MessagePack`)
     return collection
+  }
+
+  private readonly logs = new Map<string, LmdbLog<any>>()
+
+  orderedLog<V>(name: string): OrderedLog<V> {
+    let log = this.logs.get(name)
+    if (!log) this.logs.set(name, (log = new LmdbLog<V>(this.env, name)))
+    return log
   }
 
   private open<T extends Doc>(name: string, options: CollectionOptions = {}): LmdbCollection<T> {

@@ -14,6 +14,7 @@ import {
   type Filter,
   type FindOptions,
   type IndexSpec,
+  type OrderedLog,
   type Sort,
   type Store,
   type Update,
@@ -22,6 +23,7 @@ import {
 import { type Clock, systemClock } from '../clock.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 import { countByPipeline, countRowsOf, type CountRow, type CountValue } from './counted-index.js'
+import { MemoryLog } from './memory-log.js'
 import { applyBulkOp, type BulkTarget, clone, compiled, emptyBulk, fastFind, getPath, isPrimitive, pinnedValues, projectDocs, updatedCopy, upsertDocument } from './query.js'
 
 
@@ -350,6 +352,14 @@ export class MemoryStore implements Store {
       this.collections.set(name, collection)
     }
     return collection
+  }
+
+  private readonly logs = new Map<string, MemoryLog<any>>()
+
+  orderedLog<V>(name: string): OrderedLog<V> {
+    let log = this.logs.get(name)
+    if (!log) this.logs.set(name, (log = new MemoryLog<V>(name)))
+    return log
   }
 
   async ensureIndexes(name: string, indexes: IndexSpec[]) {

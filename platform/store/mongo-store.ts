@@ -14,6 +14,7 @@ import {
   type Db,
 } from 'mongodb'
 import { isDeepStrictEqual } from 'node:util'
+import { MongoLog } from './mongo-log.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 import { countByPipeline, countRowsOf, type CountRow, type CountValue } from './counted-index.js'
 import {
@@ -26,6 +27,7 @@ import {
   type Filter,
   type FindOptions,
   type IndexSpec,
+  type OrderedLog,
   type Sort,
   type Store,
   StoreUnavailableError,
@@ -205,6 +207,14 @@ export class MongoStore implements Store {
 
   collection<T extends Doc = Doc>(name: string): Collection<T> {
     return new MongoCollection<T>(this.db.collection(name), this.recover)
+  }
+
+  private readonly logs = new Map<string, MongoLog<any>>()
+
+  orderedLog<V>(name: string): OrderedLog<V> {
+    let log = this.logs.get(name)
+    if (!log) this.logs.set(name, (log = new MongoLog<V>(this.db.collection(name), work => guard(work, this.recover))))
+    return log
   }
 
   async ensureIndexes(name: string, indexes: IndexSpec[]) {

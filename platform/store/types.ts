@@ -1,6 +1,8 @@
 // The storage seam. Repositories speak the MongoDB collection language once (filters, update
 // operators, pipelines); MongoStore hands those documents to the driver and MemoryStore
 // evaluates them in-process with mingo. Only the methods below exist, so both stay alike.
+// Hot paths leave that generic layer for named, purpose-built operations (OrderedLog), each
+// implemented once per store and held to the same contract (test/platform/store-contract.test.ts).
 
 import type { CountRow, CountValue } from './counted-index.js'
 
@@ -127,6 +129,42 @@ export interface Collection<T extends Doc = Doc> {
   countBy(match: Record<string, CountValue>, fields: string[]): Promise<CountRow[]>
 }
 
+/** One record of an ordered log: `position` (a non-negative integer) orders the records of a stream. */
+export interface LogRecord<V> {
+  stream: string
+  position: number
+  value: V
+}
+
+/**
+ * Records kept in (stream, position) order, written by plain puts and read back by position:
+ * no document layer, no secondary index, no query language. One `write` is one commit (one
+ * LMDB transaction on the embedded store, one bulk write on MongoDB), so what it writes is
+ * there together or not at all. A position written again holds the newer value. Values are
+ * JSON values (what JSON.stringify keeps, without undefined).
+ */
+export interface OrderedLog<V> {
+  readonly name: string
+  write(records: LogRecord<V>[]): Promise<void>
+  /** The stream's records with position > after, in position order (at most `limit`). */
+  read(stream: string, after: number, limit?: number): Promise<LogRecord<V>[]>
+  /** The value at one position, or undefined. */
+  get(stream: string, position: number): Promise<V | undefined>
+  /** Removes every record of the stream. */
+  drop(stream: string): Promise<void>
+}
+
+/** A stream id that every store can keep as a key: a non-empty string without U+0000, at most 512 characters. */
+export function assertLogStream(stream: string) {
+  if (typeof stream !== 'string' || stream.length === 0 || stream.length > 512 || stream.includes('\u0000')) {
+    throw new TypeError('an ordered log stream is a non-empty string of at most 512 characters without U+0000')
+  }
+}
+
+export function assertLogPosition(position: number) {
+  if (!Number.isSafeInteger(position) || position < 0) throw new TypeError(`an ordered log position is a non-negative integer (got ${position})`)
+}
+
 /** How a collection's documents are kept; every store answers the same either way. */
 export interface CollectionOptions {
   /**
@@ -152,6 +190,8 @@ export interface Store {
   renewReads?(): void
   /** Every caller of one collection passes the same options. */
   collection<T extends Doc = Doc>(name: string, options?: CollectionOptions): Collection<T>
+  /** A purpose-built ordered log (see OrderedLog); one name is either a log or a collection, never both. */
+  orderedLog<V>(name: string): OrderedLog<V>
   ensureIndexes(collection: string, indexes: IndexSpec[]): Promise<void>
   close(): Promise<void>
 }

@@ -20,7 +20,7 @@
 import { ThreadRequests } from '../thread-requests.js'
 import type { LmdbStore } from './lmdb-store.js'
 import { UnsafeUpdatePathError } from './update-paths.js'
-import { type BulkOp, type BulkResult, type Collection, type CollectionOptions, type Doc, DuplicateKeyError, type Filter, type FindOptions, type IndexSpec, type Sort, type Store, StoreUnavailableError, type Update, UpdateRefusedError, type UpdateResult } from './types.js'
+import { type BulkOp, type BulkResult, type Collection, type CollectionOptions, type Doc, DuplicateKeyError, type Filter, type FindOptions, type IndexSpec, type OrderedLog, type Sort, type Store, StoreUnavailableError, type Update, UpdateRefusedError, type UpdateResult } from './types.js'
 
 /** The collection methods the thread runs. */
 export type WriteMethod = 'insertOne' | 'insertMany' | 'updateOne' | 'updateMany' | 'findOneAndUpdate' | 'deleteOne' | 'deleteMany' | 'bulkWrite'
@@ -81,6 +81,11 @@ export class OffLoopStore implements Store {
       this.collections.set(name, collection)
     }
     return collection
+  }
+
+  /** lmdb-js already commits an ordered log's puts on a thread of its own: the loop only encodes them. */
+  orderedLog<V>(name: string): OrderedLog<V> {
+    return this.local.orderedLog<V>(name)
   }
 
   ensureIndexes(collection: string, indexes: IndexSpec[]) {
