@@ -1,8 +1,11 @@
 // OrderedLog on the embedded store: one LMDB database (`l:<name>`) keyed by [stream, position]
-// (lmdb-js's ordered-binary keys sort arrays element by element), values in lmdb-js's own
-// MessagePack encoding. A write is a batch of plain puts: lmdb-js encodes them on this thread
-// and commits them on its own write thread, all in one transaction.
+// (lmdb-js's ordered-binary keys sort arrays element by element), values as MessagePack maps.
+// A write is a batch of plain puts that lmdb-js commits on its own write thread, in one
+// transaction. Values are encoded here, all of them before the first put: a put that throws
+// inside an lmdb-js batch does not undo the puts before it, so a value that cannot be encoded
+// must fail its write before anything of it is queued.
 import type { Database, RootDatabase } from 'lmdb'
+import { Packr } from 'msgpackr'
 import { assertLogPosition, assertLogStream, type LogRecord, type OrderedLog } from './types.js'
 
 type Key = [string, number]
@@ -10,34 +13,39 @@ type Key = [string, number]
 /** Past every position of a stream (positions are safe integers). */
 const END = Infinity
 
+/** Self-describing maps (no record structures to share between threads and processes). */
+const packr = new Packr({ useRecords: false })
+
 export class LmdbLog<V> implements OrderedLog<V> {
-  private readonly db: Database<V, Key>
+  private readonly db: Database<Buffer, Key>
 
   constructor(env: RootDatabase, readonly name: string) {
-    this.db = env.openDB<V, Key>({ name: `l:${name}` })
+    this.db = env.openDB<Buffer, Key>({ name: `l:${name}`, encoding: 'binary' })
   }
 
   async write(records: LogRecord<V>[]) {
     if (records.length === 0) return
-    for (const r of records) {
+    const encoded = records.map(r => {
       assertLogStream(r.stream)
       assertLogPosition(r.position)
-    }
-    // One conditional-free batch: its puts are committed together or not at all.
+      return packr.pack(r.value)
+    })
+    // One batch: its puts go in one transaction.
     await this.db.batch(() => {
-      for (const r of records) void this.db.put([r.stream, r.position], r.value)
+      for (let i = 0; i < records.length; i++) void this.db.put([records[i]!.stream, records[i]!.position], encoded[i]!)
     })
   }
 
   async read(stream: string, after: number, limit?: number): Promise<LogRecord<V>[]> {
     const out: LogRecord<V>[] = []
     const range = this.db.getRange({ start: [stream, Math.max(0, Math.floor(after) + 1)], end: [stream, END], ...(limit === undefined ? {} : { limit }) })
-    for (const { key, value } of range) out.push({ stream, position: key[1], value })
+    for (const { key, value } of range) out.push({ stream, position: key[1], value: packr.unpack(value) as V })
     return out
   }
 
   async get(stream: string, position: number): Promise<V | undefined> {
-    return this.db.get([stream, position])
+    const value = this.db.get([stream, position])
+    return value === undefined ? undefined : (packr.unpack(value) as V)
   }
 
   async drop(stream: string) {

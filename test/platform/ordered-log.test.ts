@@ -82,6 +82,16 @@ for (const kind of STORE_KINDS) {
       t.same(await log.read('s', -1), [], 'the valid record of each refused write was not kept')
     })
 
+    t.test('a value that cannot be encoded fails its write, and nothing of that write is kept', async t => {
+      const log = fresh<unknown>()
+      let deep: unknown = 'bottom'
+      for (let i = 0; i < 200_000; i++) deep = { v: deep }
+      await t.rejects(log.write([{ stream: 's', position: 1, value: 'fine' }, { stream: 's', position: 2, value: deep }]))
+      t.same(await log.read('s', -1), [], 'the encodable record of that write was not kept either')
+      await log.write([{ stream: 's', position: 3, value: 'later' }])
+      t.same((await log.read('s', -1)).map(r => r.value), ['later'], 'the log goes on')
+    })
+
     t.test('reads agree with a model over random writes (positions, streams, rewrites)', async t => {
       const write = fc.array(fc.record({ stream: fc.constantFrom('a', 'b', 'c-long-' + 'x'.repeat(60)), position: fc.nat(40), value: fc.integer() }), { minLength: 1, maxLength: 12 })
       await fc.assert(
