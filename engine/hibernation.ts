@@ -1,7 +1,8 @@
 // Hibernation (ENGINE_HIBERNATE_AFTER_MS): a session quiet for that long (between turns, nothing
-// pending, everything written) lets its actor go; its next command wakes it from its persisted
-// snapshot (engine/host.ts). Quiet sessions wait in the order they became quiet; a periodic pass
-// takes those quiet long enough, a bounded number per macrotask, oldest first.
+// pending) lets its actor and conversation go, once its checkpoint covers everything (asked for
+// when it does not yet); its next command wakes it from the store (engine/host.ts). Quiet
+// sessions wait in the order they became quiet; a periodic pass takes those quiet long enough,
+// a bounded number per macrotask, oldest first.
 import { isQuiet, type LiveSession } from './live-session.js'
 
 /** Sessions looked at per macrotask by one pass (the rest in the next, setImmediate). */
@@ -18,6 +19,8 @@ export interface HibernationOptions {
 export class Hibernation {
   /** Quiet sessions in the order they became quiet; an entry is stale once `since` differs from the session's. */
   private quiet: { live: LiveSession; since: number }[] = []
+  /** Due sessions whose checkpoint was being written: looked at again by the next pass. */
+  private writing: { live: LiveSession; since: number }[] = []
   private head = 0
   private timer: NodeJS.Timeout | null = null
   private passing = false
@@ -50,6 +53,9 @@ export class Hibernation {
     if (this.passing || this.stopped) return
     this.passing = true
     const due = this.options.now() - this.options.afterMs
+    const again = this.writing
+    this.writing = []
+    for (const entry of again) this.consider(entry.live, entry.since)
     const slice = () => {
       let n = 0
       while (this.head < this.quiet.length && n < PASS_SLICE) {
@@ -57,18 +63,7 @@ export class Hibernation {
         if (since > due) break
         this.head++
         n++
-        if (live.quietSince !== since || live.finished || !live.actor) continue
-        if (!isQuiet(live.actor.getSnapshot())) {
-          live.quietSince = 0 // busy again: noted when it is quiet next
-          continue
-        }
-        if (live.pins > 0 || !live.writer.quiet()) {
-          // Still writing: looked at again later.
-          live.quietSince = 0
-          this.note(live)
-          continue
-        }
-        this.options.hibernate(live)
+        this.consider(live, since)
       }
       // What was read goes once it is most of the array (no shift() per entry).
       if (this.head > 1024 && this.head * 2 > this.quiet.length) {
@@ -79,5 +74,27 @@ export class Hibernation {
       else this.passing = false
     }
     slice()
+  }
+
+  /** A session due to hibernate: it does, unless busy again, pinned, or not all written yet. */
+  private consider(live: LiveSession, since: number) {
+    if (live.quietSince !== since || live.finished || !live.actor) return
+    if (!isQuiet(live.actor.getSnapshot())) {
+      live.quietSince = 0 // busy again: noted when it is quiet next
+      return
+    }
+    // Pinned by a command, or its writes given up on (its next change tries again): looked at later.
+    if (live.pins > 0 || live.writer.unpersisted) {
+      live.quietSince = 0
+      this.note(live)
+      return
+    }
+    if (!live.writer.quiet()) {
+      // Its checkpoint first (a no-op when one is on its way); looked at again by the next pass.
+      live.writer.checkpoint()
+      this.writing.push({ live, since })
+      return
+    }
+    this.options.hibernate(live)
   }
 }

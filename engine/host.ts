@@ -1,10 +1,11 @@
 // The actor host: owns the live session actors of this process. It turns transport commands
-// into machine events (refusing what the machine would ignore), runs the effects the machine
-// asks for (the assistant's reply through engine/generation.ts; tools through engine/tools.ts), fans published events out to listeners,
-// restores sessions persisted by any node, and keeps deadlines armed as timers. What a session
+// into machine events (refusing what the machine would ignore), provides the machine's effects
+// (engine/session-effects.ts: history, published events, the turn's generation and tools),
+// fans published events out to listeners, rebuilds sessions persisted by any node
+// (engine/session-restore.ts), and keeps deadlines armed (engine/deadlines.ts). What a session
 // leaves in the store goes through its SessionWriter (engine/session-writer.ts) to the
 // SessionStore (engine/session-store.ts).
-import { createActor, fromCallback, type Actor } from 'xstate'
+import { createActor, type Actor, type AnyActorRef } from 'xstate'
 import { ApiError } from '../gateway/errors.js'
 import { OverloadGuard } from '../gateway/overload.js'
 import type { Platform } from '../platform/index.js'
@@ -16,34 +17,37 @@ import { CrewSlots } from './crew-slots.js'
 import {
   activeState,
   assertCan,
-  CONTEXT_WINDOW_BYTES,
-  CONTEXT_WINDOW_MESSAGES,
-  digestFor,
   IllegalMoveError,
-  openingOf,
+  initialContext,
+  persistedControl,
+  replyId,
+  restoredSnapshot,
   sessionMachine,
   stateName,
-  type GenerationInput,
+  toolsAllowed,
+  type PersistedControl,
   type SessionContext,
   type SessionEvent,
-  type SessionInput,
+  type SessionMachine,
   type SessionSnapshot,
-  type ToolRunInput,
+  type SessionTerms,
 } from './machine.js'
 import { ToolRunner } from './tools.js'
 import type { AssistantProvider } from './providers/types.js'
-import { type GenerationDeps, runGeneration } from './generation.js'
+import { type GenerationDeps, startGeneration } from './generation.js'
 import { snapshotView } from './snapshot-view.js'
 import { Hibernation } from './hibernation.js'
-import { digestAdd, recentWindow, summarizeDigest } from './conversation.js'
+import { Conversation } from './conversation.js'
 import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
 import { RecordWriter } from './record-writer.js'
 import { AttentionRules } from './attention.js'
-import { SessionStore, type SnapshotWrite } from './session-store.js'
-import { WriteBehind } from './session-writer.js'
-import type { ConversationMessage } from './types.js'
-import { isBusy, isGenerating, isQuiet, type LiveSession, settled, touchConsumer } from './live-session.js'
+import { SessionStore, type Checkpoint, type CheckpointWrite } from './session-store.js'
+import { WriteBehind, type CheckpointPolicy } from './session-writer.js'
+import { isBusy, type LiveSession, settled, touchConsumer } from './live-session.js'
+import { log, openingOf, sessionEffects } from './session-effects.js'
+import { rebuild } from './session-restore.js'
+import { Deadlines } from './deadlines.js'
 
 export interface HostOptions {
   platform: Platform
@@ -63,7 +67,7 @@ export interface HostOptions {
   /** Overrides ENGINE_HIBERNATE_AFTER_MS (0: never). */
   hibernateAfterMs?: number
   /** Batch size and retry policy of the write-behind (defaults in engine/session-writer.ts). */
-  writeBehind?: { batch?: number; maxAttempts?: number; retryMs?: number }
+  writeBehind?: { batch?: number; maxAttempts?: number; retryMs?: number; checkpoints?: CheckpointPolicy }
   /**
    * Where sessions persist (default: the platform's store). An OffLoopStore (writes in the
    * store's write thread, ENGINE_WRITE_THREAD) is released when the host stops.
@@ -80,12 +84,11 @@ export interface SessionLeases {
 }
 
 /**
- * In one process the event log dies with the process, and a reply's events reach the session's
- * document only with the snapshot at its end: after a kill -9, a restore from the document alone
- * would number events again from there, reusing ids a client already holds (and drops, if it
- * de-duplicates by id). So the document keeps a bound this far ahead of the ids, raised when
- * half of it is used (one small write per 500 events); a restore after a crash numbers on from
- * the bound (a resuming client gets a `stream.gap`), after a clean stop from the exact last id.
+ * In one process the event log dies with the process, and a restore after a kill -9 would
+ * number events again from what the store knows, reusing ids a client already holds (and drops,
+ * if it de-duplicates by id). So the document keeps a bound this far ahead of the ids, raised
+ * when half of it is used (one small write per 500 events); a restore after a crash numbers on
+ * from the bound (a resuming client gets a `stream.gap`), after a clean stop from the exact last id.
  */
 const EVENT_ID_RESERVE = 1000
 
@@ -98,62 +101,84 @@ const CLOSE_NOTICE_WAIT_MS = 2_000
 
 const notFound = (sessionId: string) => new ApiError(404, 'SESSION_NOT_FOUND', `Session ${sessionId} not found`)
 
+/** What a live session starts from: a new session's opening, or what the store held. */
+interface Origin {
+  conversation: Conversation
+  /** Seq of the last history entry, and the seq the stored checkpoint covers. */
+  seq: number
+  checkpointed: number
+  /** The seq the stored report record's counts cover. */
+  counted: number
+  createdAt: number
+  updatedAt: number
+}
+
 export class SessionHost {
   private readonly live = new Map<string, LiveSession>()
   private readonly loading = new Map<string, Promise<LiveSession | null>>()
+  /** The live session of each running actor (the effects are told the actor). */
+  private readonly actors = new WeakMap<AnyActorRef, LiveSession>()
   private readonly store: SessionStore
   private readonly slots: CrewSlots
   private readonly tools: ToolRunner
-  private readonly machine
+  private readonly machine: SessionMachine
+  private readonly generations: GenerationDeps
+  private readonly deadlines: Deadlines<LiveSession>
   private stopped = false
   private readonly cleanups = new Set<Promise<void>>()
   readonly events: EventLog
-  /** Every live session's history and snapshot writes, batched off the turn's path. */
+  /** Every live session's journal and checkpoint writes, batched off the turn's path. */
   readonly writeBehind: WriteBehind
   /** Quiet sessions let their actor go (engine/hibernation.ts). */
   private readonly hibernation: Hibernation
   /** Sessions of this node with a turn in flight (ENGINE_MAX_TURNS_IN_FLIGHT). */
   private turnsInFlight = 0
   private readonly overload: OverloadGuard
+  private readonly terms: Omit<SessionTerms, 'agents'>
 
   constructor(private readonly options: HostOptions) {
     const store = options.store ?? options.platform.store
+    const { config, logger, metrics } = options.platform
     this.overload = options.platform.overload ?? OverloadGuard.off()
     this.overload.hostsTurns()
-    const { channel } = options.platform.config
+    this.terms = { idleTimeoutMs: options.idleTimeoutMs, maxToolRounds: options.maxToolRounds ?? 4 }
+    const { channel, engine } = config
     this.events =
       options.events ??
       new MemoryEventLog({ events: channel.replayBufferEvents, bytes: channel.replayBufferBytes, maxAgeMs: channel.eventRetentionMs })
     this.store = new SessionStore(store)
     this.writeBehind = new WriteBehind({
       store: this.store,
-      logger: options.platform.logger,
-      metrics: options.platform.metrics,
+      logger,
+      metrics,
+      now: () => this.now,
       fenced: !!options.leases,
       stopping: () => this.stopped,
-      maxAttempts: options.platform.config.engine.persistMaxFailures,
+      maxAttempts: engine.persistMaxFailures,
+      checkpoints: { entries: engine.checkpointEntries, ms: engine.checkpointMs },
       ...options.writeBehind,
     })
     this.slots = new CrewSlots(store)
     this.tools = new ToolRunner(options.crews, options.platform.clock, options.externalToolTimeoutMs)
     this.hibernation = new Hibernation({
-      afterMs: options.hibernateAfterMs ?? options.platform.config.engine.hibernateAfterMs,
+      afterMs: options.hibernateAfterMs ?? engine.hibernateAfterMs,
       now: () => this.now,
       hibernate: live => this.hibernate(live),
     })
-    const generation: GenerationDeps = {
-      crews: options.crews,
-      providers: options.providers,
-      tools: this.tools,
-      now: () => this.now,
-      logger: options.platform.logger,
-      publishChunk: (input, index, delta) => this.publishChunk(input, index, delta),
-    }
+    this.deadlines = new Deadlines<LiveSession>(options.platform.clock, { idle: live => this.expire(live), tool: (live, id) => this.expireTool(live, id) })
+    this.generations = { providers: options.providers, tools: this.tools, now: () => this.now, logger }
     this.machine = sessionMachine.provide({
-      actors: {
-        generate: fromCallback<SessionEvent, GenerationInput>(({ input, sendBack }) => runGeneration(generation, input, sendBack)),
-        runTools: fromCallback<SessionEvent, ToolRunInput>(({ input, sendBack }) => this.tools.run(input, sendBack)),
-      },
+      actions: sessionEffects({
+        sessionOf: actor => this.actors.get(actor)!,
+        publish: (live, name, data) => this.publish(live, name, data),
+        generate: (live, context) => this.generate(live, context),
+        // Cancelled, and kept until the next turn's: a pause's entry says whether it cut a reply a user saw begin.
+        stopGeneration: live => live.generation?.cancel(),
+        runTools: (live, calls) => {
+          if (calls.length) this.tools.run(live.crew.id, calls, event => this.deliver(live, event))
+        },
+        now: () => this.now,
+      }),
     })
   }
 
@@ -165,6 +190,7 @@ export class SessionHost {
     await this.store.ensureIndexes()
     await this.options.recorder.ensureIndexes()
     this.hibernation.start()
+    this.writeBehind.start()
   }
 
   liveCount() {
@@ -210,27 +236,17 @@ export class SessionHost {
   /** Writes the new session and makes it live here, with its opening entries and events. */
   private async open(request: CreateSessionRequest, crew: Crew, listener: TransportListener): Promise<LiveSession> {
     const at = this.now
-    const input: SessionInput = {
-      sessionId: request.sessionId,
-      accountId: request.accountId,
-      crewId: crew.id,
-      agentId: crew.agents[0]!,
-      agents: crew.agents,
-      modifiers: crew.modifiers,
-      guardrails: crew.guardrails,
-      arguments: request.arguments,
-      outbound: request.outbound,
-      at,
-      idleTimeoutMs: this.options.idleTimeoutMs,
-      maxToolRounds: this.options.maxToolRounds,
-      consumerId: request.consumerId,
-    }
-    const opening = openingOf(input)
-    // Created, not started: nothing runs before the document is written.
-    const actor = createActor(this.machine, { input: { context: opening.context } })
-    const snapshot = this.openingSnapshot(actor, opening.context)
+    const terms: SessionTerms = { agents: crew.agents, ...this.terms }
+    const opening = openingOf({ crew, terms, consumerId: request.consumerId, arguments: request.arguments, outbound: request.outbound, at })
+    const conversation = Conversation.empty(request.arguments)
+    for (const entry of opening.entries) conversation.apply(entry)
+    const context = initialContext(terms, crew.agents[0]!, at, opening.replyOwed)
+    const seq = opening.entries.length
+    // The document holds the opening as a checkpoint between turns, so the session can be
+    // restored from its insert on (an outbound session owing its first reply answers it then).
+    const checkpoint = encodeCheckpoint({ control: { value: { active: 'idle' }, context }, conversation: conversation.state(), logPosition: seq, createdAt: at, updatedAt: at })
     // The events of the opening: `Initialized`, the opening's own, and the one the first state
-    // announces as the actor starts (crew.status.waiting or .writing). Checked below.
+    // announces as the actor starts (crew.status.waiting or .writing).
     const eventSeq = 2 + opening.publish.length
     const eventSeqBound = this.events.durable ? undefined : eventSeq + EVENT_ID_RESERVE
     await this.store.insert(
@@ -238,53 +254,34 @@ export class SessionHost {
         sessionId: request.sessionId,
         accountId: request.accountId,
         crewId: crew.id,
-        agentId: input.agentId,
+        agentId: context.agentId,
         consumerId: request.consumerId,
-        idleDeadline: opening.context.idleDeadline,
         at,
-        snapshot,
-        logPosition: opening.context.seq,
+        checkpoint,
+        logPosition: seq,
+        idleDeadline: context.idleDeadline,
         eventSeq,
         eventSeqBound,
       },
       this.fenceOf(request.sessionId),
     )
-    const live = this.register(request.sessionId, request.accountId, crew, actor, [request.consumerId])
+    // A checkpoint that could not be encoded is tried again by the write-behind, and reported as
+    // any unencodable state is.
+    const origin: Origin = { conversation, seq, checkpointed: checkpoint === null ? 0 : seq, counted: 0, createdAt: at, updatedAt: at }
+    const live = this.register(request.sessionId, request.accountId, crew, [request.consumerId], origin)
     live.eventBound = eventSeqBound ?? 0
     live.listeners.add(listener)
-    live.writer.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: input.agentId, startTime: at })
-    for (const entry of opening.log) live.writer.append(entry)
-    // The document just inserted holds the opening snapshot: unless the session moves on before
-    // the write-behind runs, it is not written a second time (one that could not be encoded is
-    // tried again there, and reported as any unencodable state is).
-    if (snapshot !== null) live.writer.snapshotStored()
+    live.writer.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: context.agentId, startTime: at })
+    for (const entry of opening.entries) live.writer.append(entry)
     this.emit(live, { kind: 'event', name: 'Initialized', data: { sessionId: request.sessionId, consumerId: request.consumerId } })
-    for (const event of opening.publish) this.emit(live, { kind: 'event', ...event })
-    actor.start()
+    for (const event of opening.publish) this.publish(live, event.name, event.data)
+    this.bind(live, createActor(this.machine, { input: context }))
     // The stored count is the floor a restore numbers events from (after a crash of the only
     // process, the events sent are known nowhere else): if the start published another number
-    // than counted above, the document is written again with the real one.
-    if (live.eventSeq !== eventSeq) live.writer.schedule()
+    // than counted above, the next checkpoint writes the real one.
+    if (live.eventSeq !== eventSeq) live.writer.checkpoint()
     this.afterEvent(live)
     return live
-  }
-
-  /**
-   * The new session as a persisted snapshot between turns, written with its document: without it
-   * a session whose node went away before its first snapshot (an outbound session owing its
-   * first reply writes none until that reply ends) could not be restored and answered 404. It is
-   * idle even when a reply is owed: restore() starts the owed reply, as after any cut reply.
-   * Null when it cannot be encoded: the session goes on unpersisted and the write-behind says so
-   * (logged once, counted, on /healthz), as for any state that cannot be encoded. A new actor
-   * that starts idle already holds it (resolving the state again cost ~4× taking it from there).
-   */
-  private openingSnapshot(actor: Actor<typeof sessionMachine>, context: SessionContext): string | null {
-    try {
-      if (activeState(actor.getSnapshot()) === 'idle') return JSON.stringify(actor.getPersistedSnapshot())
-      return JSON.stringify(this.machine.getPersistedSnapshot(this.machine.resolveState({ value: { active: 'idle' }, context })))
-    } catch {
-      return null
-    }
   }
 
   /** Each crew's attention rules, compiled once. */
@@ -303,15 +300,22 @@ export class SessionHost {
   /** The session left this process (ended, dropped or handed over). */
   private released(live: LiveSession) {
     this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
+    live.generation?.cancel()
+    live.generation = null
     live.writer.closed()
   }
 
-  private register(id: string, accountId: string, crew: Crew, actor: Actor<typeof sessionMachine>, consumers: string[]): LiveSession {
+  private register(id: string, accountId: string, crew: Crew, consumers: string[], origin: Origin): LiveSession {
     const live: LiveSession = {
       id,
       accountId,
       crew,
       actor: null,
+      conversation: origin.conversation,
+      seq: origin.seq,
+      createdAt: origin.createdAt,
+      updatedAt: origin.updatedAt,
+      generation: null,
       waking: null,
       pins: 0,
       busy: false,
@@ -325,11 +329,13 @@ export class SessionHost {
         {
           id,
           finished: () => live.finished,
-          snapshot: () => this.snapshotWrite(live),
+          control: () => (live.actor ? persistedControl(live.actor.getSnapshot()) : undefined),
+          checkpoint: () => this.checkpointOf(live),
           fence: () => this.fenceOf(id),
           lost: why => this.drop(live, why),
         },
-        new RecordWriter(this.options.recorder, id, this.options.platform.logger, this.attentionRulesOf(crew)),
+        new RecordWriter(this.options.recorder, id, this.options.platform.logger, this.attentionRulesOf(crew), origin.counted),
+        origin.checkpointed,
       ),
       idleTimer: null,
       idleDeadline: Number.MAX_SAFE_INTEGER,
@@ -339,28 +345,16 @@ export class SessionHost {
       closingNotice: null,
       cleanup: null,
     }
-    this.bind(live, actor)
     this.live.set(id, live)
     this.options.platform.metrics.sessionsLive.inc({ crew: crew.id })
     return live
   }
 
-  /** Makes `actor` the session's actor (at creation, restore or wake-up). */
-  private bind(live: LiveSession, actor: Actor<typeof sessionMachine>) {
-    const log = actor.on('log', ({ entry }) => live.writer.append(entry))
-    const publish = actor.on('publish', ({ event }) => {
-      if (event.name === 'session.closed') live.closingNotice = event
-      else this.emit(live, { kind: 'event', ...event })
-    })
-    const states = actor.subscribe({
-      next: snapshot => {
-        this.countTurn(live, snapshot.status === 'active' && isBusy(snapshot))
-        if (snapshot.status === 'done') this.finish(live)
-        else if (!isGenerating(snapshot)) {
-          live.writer.turnEnded()
-          if (live.pins === 0 && isQuiet(snapshot)) this.hibernation.note(live)
-        }
-      },
+  /** Makes `actor` the session's actor and starts it (at creation, restore or wake-up). */
+  private bind(live: LiveSession, actor: Actor<SessionMachine>) {
+    this.actors.set(actor, live)
+    // An effect that throws fails the actor: the session ends instead of the process.
+    const failures = actor.subscribe({
       error: error => {
         this.options.platform.logger.error('session actor failed', { sessionId: live.id, error })
         this.finish(live)
@@ -368,10 +362,10 @@ export class SessionHost {
     })
     live.actor = actor
     live.unbind = () => {
-      log.unsubscribe()
-      publish.unsubscribe()
-      states.unsubscribe()
+      failures.unsubscribe()
+      this.actors.delete(actor)
     }
+    actor.start()
   }
 
   private countTurn(live: LiveSession, busy: boolean) {
@@ -381,7 +375,7 @@ export class SessionHost {
   }
 
   /** The session's actor; a hibernated session must be woken first (obtain() does). */
-  private awake(live: LiveSession): Actor<typeof sessionMachine> {
+  private awake(live: LiveSession): Actor<SessionMachine> {
     if (!live.actor) throw new Error(`session ${live.id} is hibernated`)
     return live.actor
   }
@@ -393,6 +387,7 @@ export class SessionHost {
     live.unbind?.()
     live.unbind = null
     live.actor = null
+    live.conversation = null
     live.quietSince = 0
     actor.stop()
     this.options.platform.metrics.sessionsHibernated.inc()
@@ -409,22 +404,28 @@ export class SessionHost {
     }
   }
 
-  /** Brings a hibernated session's actor back from its persisted snapshot. */
+  /** Brings a hibernated session's actor and conversation back from the store. */
   private wake(live: LiveSession): Promise<void> {
     live.waking ??= (async () => {
-      const doc = await this.store.load(live.id)
+      const persisted = await this.store.load(live.id)
       if (live.actor || live.finished) return
-      if (!doc) {
+      if (!persisted) {
         // Gone from the store meanwhile (destroyed by another node): nothing to wake.
         this.drop(live, 'not in the store any more')
         return
       }
-      const actor = createActor(this.machine, { snapshot: doc.snapshot, input: { context: doc.snapshot.context } })
-      this.bind(live, actor)
-      actor.start()
+      const entries = await this.store.entriesAfter(live.id, persisted.checkpoint.logPosition)
+      if (live.actor || live.finished) return
+      const rebuilt = rebuild(persisted, entries)
+      live.conversation = rebuilt.conversation
+      this.bind(live, this.restoredActor(rebuilt.control))
       this.options.platform.metrics.sessionsHibernated.dec()
     })().finally(() => (live.waking = null))
     return live.waking
+  }
+
+  private restoredActor(control: PersistedControl): Actor<SessionMachine> {
+    return createActor(this.machine, { snapshot: restoredSnapshot(this.machine, control), input: control.context })
   }
 
   // ---------------------------------------------------------------- commands
@@ -463,6 +464,16 @@ export class SessionHost {
     return this.options.leases?.token(sessionId) ?? 0
   }
 
+  /** An event of the machine's effects for the session's streams (data led by the session id). */
+  private publish(live: LiveSession, name: string, data: Record<string, unknown>) {
+    if (name === 'session.closed') {
+      // Held back until the close is written (finish()).
+      live.closingNotice = { name, data: { sessionId: live.id, ...data } }
+      return
+    }
+    this.emit(live, { kind: 'event', name, data: { sessionId: live.id, ...data } })
+  }
+
   /** Numbers the session's next event, hands it to this node's listeners and to the log. */
   private emit(live: LiveSession, body: StreamEventBody) {
     const epoch = this.epochOf(live.id)
@@ -471,7 +482,7 @@ export class SessionHost {
       // session by now. Going on here would lose this event for good (its listeners wait for a
       // reply that never comes), so the session is let go at once; the ownership takes it back
       // if it is still this node's, and the restore gives the cut reply again. Not from inside
-      // the actor's own emit: on the next turn of the loop.
+      // the actor's own transition: on the next turn of the loop.
       setImmediate(() => this.drop(live, 'lease lapsed: its events could not be published'))
       return
     }
@@ -520,7 +531,15 @@ export class SessionHost {
       case 'query.history':
         return this.history(live, command.after, command.limit)
       case 'query.snapshot':
-        return snapshotView(this.awake(live).getSnapshot(), live.crew)
+        return snapshotView({
+          sessionId: live.id,
+          crew: live.crew,
+          snapshot: this.awake(live).getSnapshot(),
+          conversation: live.conversation!,
+          logPosition: live.seq,
+          createdAt: live.createdAt,
+          updatedAt: live.updatedAt,
+        })
       case 'consumer.attach':
         await this.attachConsumer(live, command.consumerId)
         return { consumerId: command.consumerId }
@@ -534,16 +553,15 @@ export class SessionHost {
         touchConsumer(live, command.consumerId)
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
         if (this.options.durableAcks) {
-          // The message's entry (and those of the same step) are up to this seq; entries the turn
-          // adds while we wait are not this message's.
-          const upTo = this.awake(live).getSnapshot().context.seq
-          // Acknowledged once its history entry is written, not after the snapshot and report
-          // writes of the same batch (a missing snapshot loses nothing: a restore replays the log
-          // past the last snapshot).
+          // The message's entries (and those of the same step) are up to this seq; entries the
+          // turn adds while we wait are not this message's.
+          const upTo = live.seq
+          // Acknowledged once its history entry is committed (with the control state), not after
+          // the checkpoint: a restore folds the journal past the last checkpoint.
           await live.writer.entriesWritten(upTo)
           if (live.writer.holdsUpTo(upTo)) throw new ApiError(503, 'SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { 'Retry-After': '5' })
         }
-        return { accepted: true, state: stateName(this.awake(live).getSnapshot()) }
+        return { accepted: true }
       case 'admin.toolinject': {
         const { event, reply } = this.tools.inject(live.crew, command, at)
         this.send(live, event)
@@ -553,8 +571,8 @@ export class SessionHost {
         return this.resolve(live, command, at)
       case 'admin.transfer': {
         const context = this.awake(live).getSnapshot().context
-        if (!context.agents.includes(command.target)) {
-          throw new ApiError(400, 'UNKNOWN_AGENT', `Agent ${command.target} is not an agent of crew ${context.crewId}`, { agents: context.agents })
+        if (!context.terms.agents.includes(command.target)) {
+          throw new ApiError(400, 'UNKNOWN_AGENT', `Agent ${command.target} is not an agent of crew ${live.crew.id}`, { agents: context.terms.agents })
         }
         if (command.target === context.agentId) {
           throw new ApiError(409, 'ALREADY_ASSIGNED', `Session ${live.id} is already handled by agent ${command.target}`)
@@ -588,17 +606,27 @@ export class SessionHost {
     await this.store.addConsumer(live.id, consumerId, max)
   }
 
-  /** Sends an event the machine accepts, or refuses it with 409. */
+  /** Sends a command's event the machine accepts, or refuses it with 409. */
   private send(live: LiveSession, event: SessionEvent) {
+    const actor = this.awake(live)
     try {
-      assertCan(this.awake(live).getSnapshot(), event)
+      assertCan(actor.getSnapshot(), event)
     } catch (error) {
       if (error instanceof IllegalMoveError) {
         throw new ApiError(409, 'INVALID_SESSION_STATE', error.message, { state: error.state, command: error.event })
       }
       throw error
     }
-    this.awake(live).send(event)
+    actor.send(event)
+    this.afterEvent(live)
+  }
+
+  /** An event of the session's own effects (a generation's end, a tool's result): dropped if the machine moved on. */
+  private deliver(live: LiveSession, event: SessionEvent) {
+    if (live.finished || !live.actor) return
+    const snapshot = live.actor.getSnapshot()
+    if (snapshot.status !== 'active' || !snapshot.can(event)) return
+    live.actor.send(event)
     this.afterEvent(live)
   }
 
@@ -617,11 +645,37 @@ export class SessionHost {
 
   // ---------------------------------------------------------------- effects
 
-  /** One chunk of the reply a live session's generation is writing, to its streams. */
-  private publishChunk(input: GenerationInput, index: number, delta: string) {
-    const live = this.live.get(input.sessionId)
-    if (!live || live.finished) return
-    this.emit(live, { kind: 'event', name: 'assistant.response', data: { messageId: input.messageId, turnId: input.turnId, index, delta } })
+  /** The turn's generation (the machine entered `generating`); its end is the machine's next event. */
+  private generate(live: LiveSession, context: SessionContext) {
+    const conversation = live.conversation!
+    const generation = startGeneration(
+      this.generations,
+      {
+        sessionId: live.id,
+        crew: live.crew,
+        agentId: context.agentId,
+        turnId: context.turnId,
+        messageId: replyId(context),
+        arguments: conversation.arguments,
+        // As of the start of the turn: messages taken while it writes are the next reply's.
+        messages: conversation.window.slice(),
+        toolsAllowed: toolsAllowed(context),
+      },
+      {
+        chunk: (index, delta) => {
+          if (live.finished) return
+          this.emit(live, { kind: 'event', name: 'assistant.response', data: { messageId: replyId(context), turnId: context.turnId, index, delta } })
+        },
+        ended: event => {
+          // Cancelled generations end nowhere, so the machine is still generating this one.
+          if (live.generation === generation) live.generation = null
+          if (live.finished || !live.actor) return
+          live.actor.send(event)
+          this.afterEvent(live)
+        },
+      },
+    )
+    live.generation = generation
   }
 
   // ---------------------------------------------------------------- after every event
@@ -629,41 +683,11 @@ export class SessionHost {
   private afterEvent(live: LiveSession) {
     if (live.finished || !live.actor) return
     const snapshot = live.actor.getSnapshot()
+    if (snapshot.status === 'done') return this.finish(live)
     if (snapshot.status !== 'active') return
-    this.armTimers(live, snapshot.context)
+    this.countTurn(live, isBusy(snapshot))
+    this.deadlines.arm(live, snapshot.context.idleDeadline, snapshot.context.pendingTools)
     if (live.pins === 0) this.hibernation.note(live)
-  }
-
-  private armTimers(live: LiveSession, context: SessionContext) {
-    live.idleDeadline = context.idleDeadline
-    // Every activity pushes the idle deadline out; the timer armed for an earlier deadline is
-    // kept (no clear and re-arm per message): when it fires, the machine's guard sees the newer
-    // deadline and the timer is armed again for it.
-    if (!live.idleTimer || live.idleTimer.deadline > context.idleDeadline) {
-      if (live.idleTimer) clearTimeout(live.idleTimer.timer)
-      live.idleTimer = { deadline: context.idleDeadline, timer: this.timer(context.idleDeadline, () => this.expire(live)) }
-    }
-    const wanted = new Set<string>()
-    for (const pending of context.pendingTools) {
-      if (!pending.correlationId || pending.deadline === undefined) continue
-      wanted.add(pending.correlationId)
-      if (!live.toolTimers.has(pending.correlationId)) {
-        const correlationId = pending.correlationId
-        live.toolTimers.set(correlationId, this.timer(pending.deadline, () => this.expireTool(live, correlationId)))
-      }
-    }
-    for (const [id, timer] of live.toolTimers) {
-      if (!wanted.has(id)) {
-        clearTimeout(timer)
-        live.toolTimers.delete(id)
-      }
-    }
-  }
-
-  private timer(deadline: number, fire: () => void) {
-    const timer = setTimeout(fire, Math.min(Math.max(0, deadline - this.now), 2 ** 31 - 1))
-    timer.unref()
-    return timer
   }
 
   private expire(live: LiveSession) {
@@ -671,7 +695,7 @@ export class SessionHost {
     if (live.finished) return
     if (this.now < live.idleDeadline) {
       // Armed for an earlier deadline; the session was active since.
-      live.idleTimer = { deadline: live.idleDeadline, timer: this.timer(live.idleDeadline, () => this.expire(live)) }
+      this.deadlines.rearmIdle(live)
       return
     }
     if (!live.actor) {
@@ -681,10 +705,7 @@ export class SessionHost {
       )
       return
     }
-    const event: SessionEvent = { type: 'session.expire', at: this.now }
-    const actor = this.awake(live)
-    if (actor.getSnapshot().can(event)) actor.send(event)
-    this.afterEvent(live)
+    this.deliver(live, { type: 'session.expire', at: this.now })
   }
 
   private expireTool(live: LiveSession, correlationId: string) {
@@ -692,33 +713,33 @@ export class SessionHost {
     if (live.finished) return
     const event: SessionEvent = { type: 'tool.expire', correlationId, at: this.now }
     const actor = this.awake(live) // a session with pending tools is never hibernated
-    if (actor.getSnapshot().can(event)) actor.send(event)
-    else {
-      // Not due yet by the service clock: arm again for what is left.
-      const pending = actor.getSnapshot().context.pendingTools.find(p => p.correlationId === correlationId)
-      if (pending?.deadline !== undefined) live.toolTimers.set(correlationId, this.timer(pending.deadline, () => this.expireTool(live, correlationId)))
+    if (actor.getSnapshot().can(event)) {
+      actor.send(event)
+      this.afterEvent(live)
       return
     }
-    this.afterEvent(live)
+    // Not due yet by the service clock: arm again for what is left.
+    const pending = actor.getSnapshot().context.pendingTools.find(p => p.correlationId === correlationId)
+    if (pending?.deadline !== undefined) this.deadlines.armTool(live, correlationId, pending.deadline)
   }
 
   // ---------------------------------------------------------------- persistence, close, queries
 
-  /** What the session's document keeps of it after a turn; undefined while a reply streams. */
-  private snapshotWrite(live: LiveSession): SnapshotWrite | undefined {
-    // Hibernated: its snapshot was written before it was let go.
-    if (!live.actor) return undefined
+  /** What the session's document keeps of it at a checkpoint; undefined while hibernated. */
+  private checkpointOf(live: LiveSession): CheckpointWrite | undefined {
+    if (!live.actor || !live.conversation) return undefined
     const snapshot = live.actor.getSnapshot()
-    if (isGenerating(snapshot)) return undefined
-    const context = snapshot.context
+    const control = persistedControl(snapshot)
+    const context = control.context
+    const checkpoint: Checkpoint = { control, conversation: live.conversation.state(), logPosition: live.seq, createdAt: live.createdAt, updatedAt: live.updatedAt }
     return {
       state: snapshot.value === 'paused' ? 'paused' : 'active',
       agentId: context.agentId,
-      snapshot: JSON.stringify(live.actor.getPersistedSnapshot()),
-      logPosition: context.seq,
+      checkpoint: JSON.stringify(checkpoint),
+      logPosition: live.seq,
       eventSeq: live.eventSeq,
       deadlines: { idle: context.idleDeadline, tools: context.pendingTools.flatMap(p => (p.deadline === undefined ? [] : [p.deadline])) },
-      updatedAt: context.updatedAt,
+      updatedAt: live.updatedAt,
     }
   }
 
@@ -726,13 +747,12 @@ export class SessionHost {
     if (live.finished) return
     live.finished = true
     const context = this.awake(live).getSnapshot().context
-    if (live.idleTimer) clearTimeout(live.idleTimer.timer)
-    for (const timer of live.toolTimers.values()) clearTimeout(timer)
-    live.closedAs = context.closeReason ?? 'destroyed'
+    this.deadlines.clear(live)
+    live.closedAs = context.closed?.reason ?? 'destroyed'
     this.released(live)
-    // Resources released: the log and the snapshot go; a tombstone says it was destroyed. The
-    // session stays in `live`, finished, until then: a command meanwhile answers 404 instead of
-    // restoring it from its document, which is not a tombstone yet.
+    // Resources released: the journal goes; a tombstone says it was destroyed. The session stays
+    // in `live`, finished, until then: a command meanwhile answers 404 instead of restoring it
+    // from its document, which is not a tombstone yet.
     const closed = (async () => {
       await live.writer.flushed()
       // Conditional: two nodes closing the same session (reapers racing, engine/reaper.ts)
@@ -756,6 +776,7 @@ export class SessionHost {
       .finally(() => live.writer.closed())
       .catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
       .finally(() => {
+        if (live.actor) this.actors.delete(live.actor)
         if (this.live.get(live.id) === live) this.live.delete(live.id)
         this.options.leases?.unloaded(live.id, 'finished', live.accountId)
       })
@@ -768,11 +789,10 @@ export class SessionHost {
     await live.writer.flushed()
     const page = await this.store.entriesAfter(live.id, after, limit + 1)
     const entries = page.slice(0, limit).map(entry => ({ ...entry, at: new Date(entry.at).toISOString() }))
-    const snapshot = this.awake(live).getSnapshot()
     return {
       sessionId: live.id,
-      state: stateName(snapshot),
-      logPosition: snapshot.context.seq,
+      state: stateName(this.awake(live).getSnapshot()),
+      logPosition: live.seq,
       data: entries,
       hasMore: page.length > limit,
     }
@@ -795,52 +815,46 @@ export class SessionHost {
   private async load(sessionId: string): Promise<LiveSession | null> {
     if (this.stopped) return null
     if (this.options.leases) {
-      // Fencing: a node holding an older token can no longer write its snapshot.
+      // Fencing: a node holding an older token can no longer write its checkpoint.
       const token = this.options.leases.token(sessionId)
       if (token === undefined) return null
       if (!(await this.store.takeFence(sessionId, token))) return null
     }
-    const doc = await this.store.load(sessionId)
-    if (!doc) return null
-    const crew = this.options.crews.get(doc.crewId)
+    const persisted = await this.store.load(sessionId)
+    if (!persisted) return null
+    const crew = this.options.crews.get(persisted.crewId)
     if (!crew) return null
-    const persisted = doc.snapshot
     // Events go on after the last one published, by whichever node published it: as the log
     // says, or, when it does not know the session (in one process, after a crash), past the bound.
     const fromLog = await this.events.takeOver(sessionId, this.epochOf(sessionId))
-    const eventSeq = Math.max(doc.eventSeq, fromLog || doc.eventSeqBound)
-    // Entries written after the snapshot (the snapshot waits for the end of a reply): user
-    // messages among them were acknowledged, so they go back into the conversation.
-    const after = await this.store.entriesAfter(sessionId, persisted.context.seq)
-    const orphans = after.filter(e => e.type === 'message.user')
-    if (orphans.length) {
-      const context = persisted.context as SessionContext
-      const added: ConversationMessage[] = orphans.map(e => ({ id: `m${e.seq}`, author: 'user' as const, text: String(e.text), source: 'user' as const, at: e.at }))
-      const digest = added.reduce(digestAdd, digestFor(context.digest, context.messages))
-      const messages = recentWindow([...context.messages, ...added], CONTEXT_WINDOW_MESSAGES, CONTEXT_WINDOW_BYTES)
-      Object.assign(context, { messages, digest, summary: summarizeDigest(digest, context.agentId), replyOwed: true })
-    }
-    const actor = createActor(this.machine, { snapshot: persisted, input: { context: persisted.context } })
-    const live = this.register(sessionId, doc.accountId, crew, actor, doc.consumers.slice(-this.options.platform.config.engine.maxConsumerIdsPerSession))
+    const eventSeq = Math.max(persisted.eventSeq, fromLog || persisted.eventSeqBound)
+    // The report record counts the entries up to its own seq: those after it are counted again
+    // from the journal (after a crash, counts not yet written with a checkpoint).
+    const counted = (await this.options.recorder.countedUpTo(sessionId)) ?? Number.MAX_SAFE_INTEGER
+    const covered = persisted.checkpoint.logPosition
+    const entries = await this.store.entriesAfter(sessionId, Math.min(covered, counted))
+    const rebuilt = rebuild(persisted, entries)
+    const origin: Origin = { conversation: rebuilt.conversation, seq: rebuilt.seq, checkpointed: covered, counted: Math.min(counted, rebuilt.seq), createdAt: persisted.checkpoint.createdAt, updatedAt: rebuilt.updatedAt }
+    const live = this.register(sessionId, persisted.accountId, crew, persisted.consumers.slice(-this.options.platform.config.engine.maxConsumerIdsPerSession), origin)
+    for (const entry of entries) live.writer.records.recount(entry)
+    live.writer.records.flushCounts(rebuilt.seq)
     live.eventSeq = eventSeq
     // Its first event moves the bound ahead again.
     if (!this.events.durable) live.eventBound = eventSeq
-    actor.start()
-    const lastSeq = after.at(-1)?.seq ?? 0
-    const event: SessionEvent = { type: 'session.restored', logPosition: Math.max(doc.logPosition, lastSeq), at: this.now }
-    if (actor.getSnapshot().can(event)) actor.send(event)
+    this.bind(live, this.restoredActor(rebuilt.control))
+    log(live, 'session.restored', this.now, { logPosition: rebuilt.seq })
     this.afterEvent(live)
     // A restored idle session that owes a reply starts it (as a system attend) — unless the
     // command that caused the restore (it runs first) is a user message, whose reply covers it.
-    // Owed: acknowledged messages after the snapshot (marked above), or a reply already owed
-    // when it was taken (the opening snapshot of an outbound session that speaks first).
-    if ((persisted.context as SessionContext).replyOwed) {
+    // Owed: acknowledged messages the control state did not cover, a reply cut by the node's
+    // end, or the opening of an outbound session that speaks first.
+    if (rebuilt.control.context.replyOwed) {
       setImmediate(() => {
         const attend: SessionEvent = { type: 'admin.attend', userId: 'system:restore', at: this.now }
         if (!live.actor) return
         const now = live.actor.getSnapshot()
         // Past its idle deadline it expires instead (a reaped orphan is not answered).
-        if (live.finished || !now.matches({ active: 'idle' }) || !now.context.replyOwed || !now.can(attend) || now.context.idleDeadline <= attend.at) return
+        if (live.finished || activeState(now) !== 'idle' || !now.context.replyOwed || !now.can(attend) || now.context.idleDeadline <= attend.at) return
         live.actor.send(attend)
         this.afterEvent(live)
       })
@@ -858,8 +872,7 @@ export class SessionHost {
     if (live.finished) return
     this.options.platform.logger.warn('session dropped from this node', { sessionId: live.id, why })
     live.finished = true
-    if (live.idleTimer) clearTimeout(live.idleTimer.timer)
-    for (const timer of live.toolTimers.values()) clearTimeout(timer)
+    this.deadlines.clear(live)
     live.listeners.clear()
     live.writer.discard()
     this.letGo(live)
@@ -878,7 +891,7 @@ export class SessionHost {
 
   /**
    * Graceful hand-over (an engine node draining): waits at most `timeoutMs` for the reply or tool
-   * round in progress to end, persists the session and lets its actor go without ending the
+   * round in progress to end, checkpoints the session and lets its actor go without ending the
    * session, for another node to restore. Answers the session's account (undefined: not here).
    */
   async handOver(sessionId: string, timeoutMs: number): Promise<string | undefined> {
@@ -886,9 +899,8 @@ export class SessionHost {
     if (!live || live.finished) return undefined
     if (live.actor) await settled(live.actor, timeoutMs)
     if (live.finished) return undefined
-    if (live.idleTimer) clearTimeout(live.idleTimer.timer)
-    for (const timer of live.toolTimers.values()) clearTimeout(timer)
-    live.writer.schedule()
+    this.deadlines.clear(live)
+    live.writer.checkpoint()
     await live.writer.flushed()
     if (live.finished) return undefined
     live.finished = true
@@ -903,11 +915,12 @@ export class SessionHost {
   async stop() {
     this.stopped = true
     this.hibernation.stop()
+    this.writeBehind.stop()
     const released: Promise<void>[] = []
     for (const live of [...this.live.values()]) {
       if (live.finished) continue // closing: its cleanup is awaited below
-      if (live.idleTimer) clearTimeout(live.idleTimer.timer)
-      for (const timer of live.toolTimers.values()) clearTimeout(timer)
+      this.deadlines.clear(live)
+      live.writer.checkpoint()
       await live.writer.flushed()
       live.finished = true
       this.letGo(live)
@@ -928,5 +941,14 @@ export class SessionHost {
   /** For tests and the bench: the snapshot of a live session. */
   peek(sessionId: string): SessionSnapshot | undefined {
     return this.live.get(sessionId)?.actor?.getSnapshot()
+  }
+}
+
+/** A checkpoint as the document keeps it (JSON text); null when it cannot be encoded. */
+function encodeCheckpoint(checkpoint: Checkpoint): string | null {
+  try {
+    return JSON.stringify(checkpoint)
+  } catch {
+    return null
   }
 }

@@ -1,7 +1,9 @@
 // A session live on this node, as the host keeps it (engine/host.ts), and what the host asks of
 // its actor's snapshot: whether it is between turns, mid-reply, or busy.
 import type { Actor } from 'xstate'
+import type { Conversation } from './conversation.js'
 import type { Crew } from './crews.js'
+import type { Generation } from './generation.js'
 import { activeState, type sessionMachine, type SessionSnapshot } from './machine.js'
 import type { SessionWriter } from './session-writer.js'
 import type { TransportListener } from './transport.js'
@@ -17,6 +19,15 @@ export interface LiveSession {
    * its persisted snapshot by its next command (or its idle deadline). Its streams stay open.
    */
   actor: Actor<typeof sessionMachine> | null
+  /** Its conversation, folded from its history (null while hibernated, with the actor). */
+  conversation: Conversation | null
+  /** Seq of its last history entry. */
+  seq: number
+  /** When its last history entry was written, and when it opened. */
+  updatedAt: number
+  createdAt: number
+  /** The reply being generated (null between generations). */
+  generation: Generation | null
   /** Set while the actor is being woken. */
   waking: Promise<void> | null
   /** Commands in progress (a pinned session is not hibernated). */

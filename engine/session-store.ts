@@ -1,12 +1,26 @@
-// What a session leaves in the store: its document (the persisted XState snapshot, its
-// deadlines, its owner's fence, then a tombstone) and its history log. The actor host writes
-// them, the orphan reaper (engine/reaper.ts) reads and closes them; this module alone knows the
-// collections, their indexes and how a snapshot and a log entry are encoded.
-import type { Collection, Doc, Store } from '../platform/store/index.js'
+// What a session leaves in the store: its journal and its document. The actor host writes them,
+// the orphan reaper (engine/reaper.ts) reads and closes them; this module alone knows how they
+// are kept.
+//
+//   journal   an ordered log (platform/store OrderedLog) per session: its history entries at
+//             their seq (1, 2, ...), and at position 0 the machine's control state as of the last
+//             entry written. One write per batch of a turn's entries, the control with them: a
+//             turn costs one commit, not a document rewrite.
+//   document  the session's metadata (account, crew, consumers, deadlines, fence, event ids) and
+//             its checkpoint: control and conversation as of a history seq. Written when the
+//             session opens and then every few dozen entries or seconds (engine/session-writer.ts),
+//             when it hibernates, is handed over or stops; a restore takes the checkpoint and
+//             folds the journal's entries after it. Then a tombstone.
+import type { Collection, Doc, OrderedLog, Store } from '../platform/store/index.js'
+import type { ConversationState } from './conversation.js'
+import { emptyDigest, digestOf } from './conversation.js'
+import type { PersistedControl, SessionContext } from './machine.js'
 import type { HistoryEntry } from './types.js'
 
 export const SESSIONS = 'engine_sessions'
-export const SESSION_LOG = 'engine_session_log'
+export const SESSION_JOURNAL = 'engine_session_journal'
+/** Where history entries were kept as documents before the journal (moved into it at start-up). */
+export const LEGACY_SESSION_LOG = 'engine_session_log'
 
 type LiveState = 'active' | 'paused'
 const LIVE = { $in: ['active', 'paused'] }
@@ -16,8 +30,9 @@ interface SessionDoc extends Doc {
   crewId: string
   state: LiveState | 'destroyed'
   agentId: string
-  /** XState persisted snapshot as JSON text (client-supplied keys are not valid field names everywhere). */
+  /** The checkpoint as JSON text (client-supplied keys are not valid field names everywhere); null once destroyed. */
   snapshot: string | null
+  /** The history seq the checkpoint covers. */
   logPosition: number
   consumers: string[]
   deadlines: SessionDeadlines
@@ -27,7 +42,7 @@ interface SessionDoc extends Doc {
   closeReason?: string
   /** Fencing token of the engine node that owns the session (NATS mode): its lease's claim revision. */
   fence?: number
-  /** Seq of the last event published when the snapshot was written (a floor for a restore). */
+  /** Seq of the last event published when the checkpoint was written (a floor for a restore). */
   eventSeq?: number
   /**
    * No event id the owner published passes it (kept ahead of the ids when the event log dies with
@@ -36,44 +51,54 @@ interface SessionDoc extends Doc {
   eventSeqBound?: number
 }
 
-export interface LogDoc extends Doc {
-  sessionId: string
+/** The journal's record at position 0: the control state as of history seq `seq`. */
+export interface ControlRecord {
   seq: number
-  at: number
-  type: string
-  entry: string
+  control: PersistedControl
 }
+type JournalValue = HistoryEntry | ControlRecord
+const CONTROL = 0
 
 export interface SessionDeadlines {
   idle: number
   tools: number[]
 }
 
-/** A session about to start (no snapshot before the end of its first turn). */
+/** The session's state as of a history seq: what a restore starts from. */
+export interface Checkpoint {
+  control: PersistedControl
+  conversation: ConversationState
+  /** The history seq it covers. */
+  logPosition: number
+  createdAt: number
+  /** When its last history entry was written. */
+  updatedAt: number
+}
+
+/** A session about to start, with the checkpoint of its opening. */
 export interface NewSession {
   sessionId: string
   accountId: string
   crewId: string
   agentId: string
   consumerId: string
-  idleDeadline: number
   at: number
-  /** The opening, as a persisted snapshot between turns (JSON): restorable from its insert on (null: not encodable). */
-  snapshot: string | null
-  /** The history seq that snapshot covers (the opening's entries). */
+  /** The opening's checkpoint as JSON text (null: not encodable; the write-behind says so). */
+  checkpoint: string | null
   logPosition: number
+  idleDeadline: number
   /** Events the opening publishes (`Initialized`, the opening's own, the first state's): the floor of a restore's numbering. */
   eventSeq: number
   /** The bound on the ids the owner will publish before it writes a new one (absent: not kept). */
   eventSeqBound?: number
 }
 
-/** What the host writes after a turn: the actor's persisted snapshot and what it points at. */
-export interface SnapshotWrite {
+/** What the writer puts in the document at a checkpoint. */
+export interface CheckpointWrite {
   state: LiveState
   agentId: string
-  /** `actor.getPersistedSnapshot()` as JSON text (encoded by the writer, which tells an unencodable snapshot from a store failure). */
-  snapshot: string
+  /** The Checkpoint as JSON text (encoded by the writer, which tells an unencodable state from a store failure). */
+  checkpoint: string
   logPosition: number
   eventSeq: number
   deadlines: SessionDeadlines
@@ -85,12 +110,12 @@ export interface PersistedSession {
   accountId: string
   crewId: string
   consumers: string[]
-  logPosition: number
   eventSeq: number
   /** No id its owner published passes it (0: not kept). */
   eventSeqBound: number
-  /** The XState persisted snapshot. */
-  snapshot: any
+  checkpoint: Checkpoint
+  /** The journal's control record (null: none written yet). */
+  control: ControlRecord | null
 }
 
 /** A live session found past its idle deadline (the reaper's scan). */
@@ -107,11 +132,11 @@ const fenced = (fence: Fence): { fence?: number } => (fence === undefined ? {} :
 
 export class SessionStore {
   private readonly sessions: Collection<SessionDoc>
-  private readonly log: Collection<LogDoc>
+  private readonly journal: OrderedLog<JournalValue>
 
   constructor(private readonly store: Store) {
     this.sessions = store.collection<SessionDoc>(SESSIONS)
-    this.log = store.collection<LogDoc>(SESSION_LOG)
+    this.journal = store.orderedLog<JournalValue>(SESSION_JOURNAL)
   }
 
   async ensureIndexes() {
@@ -123,9 +148,21 @@ export class SessionStore {
       // Partial: a live session has no entry (no null key written with every new session).
       { name: 'destroyed_ttl', key: { destroyedAt: 1 }, expireAfterSeconds: 86_400, partialFilterExpression: { state: 'destroyed' } },
     ])
-    // Not unique: a log document's _id is `<sessionId>:<seq>`, so the primary key already refuses
-    // a second entry with the same number, and a unique check was a range read per entry written.
-    await this.store.ensureIndexes(SESSION_LOG, [{ name: 'session_seq', key: { sessionId: 1, seq: 1 } }])
+    await this.moveLegacyLog()
+  }
+
+  /**
+   * History entries an earlier version kept as documents (live sessions at the upgrade) go into
+   * the journal, a page at a time, before the engine serves.
+   */
+  private async moveLegacyLog() {
+    const legacy = this.store.collection<Doc & { sessionId: string; seq: number; entry: string }>(LEGACY_SESSION_LOG)
+    for (;;) {
+      const page = await legacy.find({}, { sort: { _id: 1 }, limit: 500 })
+      if (page.length === 0) return
+      await this.journal.write(page.map(d => ({ stream: d.sessionId, position: d.seq, value: JSON.parse(d.entry) as HistoryEntry })))
+      await legacy.deleteMany({ _id: { $in: page.map(d => d._id) } })
+    }
   }
 
   async insert(session: NewSession, fence: Fence) {
@@ -135,7 +172,7 @@ export class SessionStore {
       crewId: session.crewId,
       state: 'active',
       agentId: session.agentId,
-      snapshot: session.snapshot,
+      snapshot: session.checkpoint,
       logPosition: session.logPosition,
       eventSeq: session.eventSeq,
       ...(session.eventSeqBound === undefined ? {} : { eventSeqBound: session.eventSeqBound }),
@@ -152,29 +189,26 @@ export class SessionStore {
     await this.sessions.updateOne({ _id: sessionId }, { $push: { consumers: { $each: [consumerId], $slice: -keep } } })
   }
 
-  /** The log documents of `entries` (throws when an entry cannot be encoded). */
-  logDocs(sessionId: string, entries: HistoryEntry[]): LogDoc[] {
-    return entries.map(entry => ({ _id: `${sessionId}:${entry.seq}`, sessionId, seq: entry.seq, at: entry.at, type: entry.type, entry: JSON.stringify(entry) }))
+  /**
+   * One commit of a session's journal: its new history entries and, at position 0, the control
+   * state as of the last of them. Throws (writing nothing) when a value cannot be encoded.
+   */
+  async writeJournal(sessionId: string, entries: HistoryEntry[], control: PersistedControl | undefined) {
+    const records: { stream: string; position: number; value: JournalValue }[] = entries.map(entry => ({ stream: sessionId, position: entry.seq, value: entry }))
+    const last = entries.at(-1)
+    if (control && last) records.push({ stream: sessionId, position: CONTROL, value: { seq: last.seq, control } })
+    await this.journal.write(records)
   }
 
-  /** Writes log documents of any number of sessions at once (a retry skips those already written). */
-  async insertLogDocs(docs: LogDoc[]) {
-    await this.log.insertMany(docs, { ordered: false })
-  }
-
-  async appendLog(sessionId: string, entries: HistoryEntry[]) {
-    await this.insertLogDocs(this.logDocs(sessionId, entries))
-  }
-
-  /** Writes the snapshot unless the session is destroyed or fenced by a newer owner; answers whether it did. */
-  async writeSnapshot(sessionId: string, write: SnapshotWrite, fence: Fence): Promise<boolean> {
+  /** Writes the checkpoint unless the session is destroyed or fenced by a newer owner; answers whether it did. */
+  async writeCheckpoint(sessionId: string, write: CheckpointWrite, fence: Fence): Promise<boolean> {
     const written = await this.sessions.updateOne(
       { _id: sessionId, state: { $ne: 'destroyed' }, ...fenced(fence) },
       {
         $set: {
           state: write.state,
           agentId: write.agentId,
-          snapshot: write.snapshot,
+          snapshot: write.checkpoint,
           logPosition: write.logPosition,
           eventSeq: write.eventSeq,
           deadlines: write.deadlines,
@@ -197,7 +231,7 @@ export class SessionStore {
 
   /**
    * Fencing: the live session's document takes this node's token, after which a node holding an
-   * older token can no longer write its snapshot. False: destroyed, absent or owned by a newer token.
+   * older token can no longer write its checkpoint. False: destroyed, absent or owned by a newer token.
    */
   async takeFence(sessionId: string, token: number): Promise<boolean> {
     const taken = await this.sessions.updateOne(
@@ -207,19 +241,20 @@ export class SessionStore {
     return taken.matchedCount > 0
   }
 
-  /** The live session with its snapshot; null when destroyed, absent or without a snapshot yet. */
+  /** The live session with its checkpoint and journal control; null when destroyed, absent or without a checkpoint. */
   async load(sessionId: string): Promise<PersistedSession | null> {
     const doc = await this.sessions.findOne({ _id: sessionId, state: LIVE })
     if (!doc || !doc.snapshot) return null
+    const control = (await this.journal.get(sessionId, CONTROL)) as ControlRecord | undefined
     return {
       accountId: doc.accountId,
       crewId: doc.crewId,
       // Bounded on write; a consumer re-attached may appear twice.
       consumers: [...new Set(doc.consumers)],
-      logPosition: doc.logPosition,
       eventSeq: doc.eventSeq ?? 0,
       eventSeqBound: doc.eventSeqBound ?? 0,
-      snapshot: JSON.parse(doc.snapshot),
+      checkpoint: checkpointOf(JSON.parse(doc.snapshot), doc.logPosition, doc.createdAt),
+      control: control ?? null,
     }
   }
 
@@ -234,8 +269,8 @@ export class SessionStore {
 
   /** The history entries with seq > after, in order (at most `limit`). */
   async entriesAfter(sessionId: string, after: number, limit?: number): Promise<HistoryEntry[]> {
-    const docs = await this.log.find({ sessionId, seq: { $gt: after } }, { sort: { seq: 1 }, ...(limit === undefined ? {} : { limit }) })
-    return docs.map(d => JSON.parse(d.entry) as HistoryEntry)
+    const records = await this.journal.read(sessionId, Math.max(after, CONTROL), limit)
+    return records.map(r => r.value as HistoryEntry)
   }
 
   /**
@@ -250,8 +285,9 @@ export class SessionStore {
     return closed.matchedCount === 1
   }
 
+  /** The journal goes: history entries and control. */
   async deleteLog(sessionId: string) {
-    await this.log.deleteMany({ sessionId })
+    await this.journal.drop(sessionId)
   }
 
   /** Live sessions whose idle deadline is before `now`, the oldest deadlines first. */
@@ -261,5 +297,35 @@ export class SessionStore {
       { sort: { 'deadlines.idle': 1 }, limit, projection: { accountId: 1, crewId: 1, deadlines: 1 } },
     )
     return docs.map(d => ({ sessionId: d._id, accountId: d.accountId, crewId: d.crewId, idleDeadline: d.deadlines.idle }))
+  }
+}
+
+/**
+ * A stored checkpoint, or the persisted XState snapshot an earlier version stored in its place
+ * (a live session at the upgrade): its context held the conversation and the control together.
+ */
+function checkpointOf(stored: any, logPosition: number, createdAt: Date): Checkpoint {
+  if (stored && stored.control && stored.conversation) return stored as Checkpoint
+  const c = stored?.context ?? {}
+  const generating = typeof stored?.value === 'object' && stored.value?.active === 'generating'
+  const context: SessionContext = {
+    agentId: c.agentId,
+    turnId: c.turnId ?? 0,
+    round: generating ? 0 : (c.toolRounds ?? 0),
+    replyOwed: generating || !!c.replyOwed,
+    pendingTools: c.pendingTools ?? [],
+    resolved: c.resolved ?? [],
+    transfers: c.transfers ?? 0,
+    idleDeadline: c.idleDeadline,
+    closed: null,
+    terms: { agents: c.agents ?? [c.agentId], idleTimeoutMs: c.idleTimeoutMs, maxToolRounds: c.maxToolRounds ?? 4 },
+  }
+  const messages = c.messages ?? []
+  return {
+    control: { value: generating ? { active: 'idle' } : stored.value, context },
+    conversation: { messages, digest: c.digest ?? (messages.length ? digestOf(messages) : emptyDigest()), arguments: c.arguments ?? {}, turnAfter: c.turnAfter ?? null },
+    logPosition: c.seq ?? logPosition,
+    createdAt: c.createdAt ?? createdAt.getTime(),
+    updatedAt: c.updatedAt ?? createdAt.getTime(),
   }
 }

@@ -1,42 +1,61 @@
-// Write-behind of live sessions: history entries, then the snapshot that points past them (only
-// between turns: a streamed reply costs one snapshot write, not one per step), and the report
-// record through a RecordWriter. Off the turn's path and batched: a change only marks its
-// session dirty; one WriteBehind per host flushes dirty sessions a batch per macrotask (one
-// insert for the log entries of the whole batch), yielding between batches so streams and
-// turns are served first. Over NATS, writing stops for good once another node may own the
-// session.
+// Write-behind of live sessions: off the turn's path and batched. A change only marks its
+// session dirty; one WriteBehind per host flushes dirty sessions a batch per macrotask, yielding
+// first so streams and turns are served before persistence.
+//
+// What a batch writes per session:
+//   - its new history entries and its control state, in one journal commit (session-store.ts):
+//     a turn's durable cost. A user message is acknowledged once its entry is committed;
+//   - its checkpoint (control and conversation, engine/session-store.ts) and its report record's
+//     counts, only when one is due: every CHECKPOINT_ENTRIES entries or CHECKPOINT_MS after the
+//     first entry it does not cover, or when asked (hibernation, hand-over, stop). A restore
+//     folds the journal's entries after the checkpoint, so what is not in it yet is not lost.
+// Over NATS, writing stops for good once another node may own the session.
 //
 // A write that keeps failing is not retried forever: a store error is retried with back-off a
-// few times, an entry or snapshot that cannot be encoded is not retried at all; then the
-// session is marked unpersisted (logged once, counted, shown by /healthz) and its writer waits
-// for the session's next change to try once more (a success clears the mark).
+// few times, an entry or state that cannot be encoded is not retried at all; then the session
+// is marked unpersisted (logged once, counted, shown by /healthz) and its writer waits for the
+// session's next change to try once more (a success clears the mark).
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
+import type { PersistedControl } from './machine.js'
 import type { RecordWriter } from './record-writer.js'
-import type { LogDoc, SessionStore, SnapshotWrite } from './session-store.js'
+import type { CheckpointWrite, SessionStore } from './session-store.js'
 import type { HistoryEntry } from './types.js'
 
 /** What the writer asks the actor host about the session it writes. */
 export interface WrittenSession {
   readonly id: string
-  /** Ended or let go on this node: pending history is still written, the snapshot no more. */
+  /** Ended or let go on this node: pending history is still written, the checkpoint no more. */
   finished(): boolean
-  /** The snapshot to write now; undefined while a reply streams (see turnEnded). Throws when it cannot be encoded. */
-  snapshot(): SnapshotWrite | undefined
+  /** The control state as of the last entry appended (undefined: no actor, hibernated). */
+  control(): PersistedControl | undefined
+  /** The checkpoint to write now (undefined: none can be taken, hibernated). Throws when it cannot be encoded. */
+  checkpoint(): CheckpointWrite | undefined
   /** This node's fencing token for the session (undefined: none, or one process). */
   fence(): number | undefined
   /** Another node may own the session now: the host lets it go without touching the store. */
   lost(why: string): void
 }
 
+export interface CheckpointPolicy {
+  /** Entries after which a checkpoint is due (ENGINE_CHECKPOINT_ENTRIES). */
+  entries: number
+  /** Time after the first entry a checkpoint does not cover that one is due (ENGINE_CHECKPOINT_MS). */
+  ms: number
+}
+
+export const DEFAULT_CHECKPOINTS: CheckpointPolicy = { entries: 60, ms: 2_000 }
+
 export interface WriteBehindOptions {
   store: SessionStore
   logger: Logger
   metrics: Metrics
+  now: () => number
   /** Engine nodes over NATS: writes need the session's lease and are fenced by its token. */
   fenced: boolean
   /** The host is stopping: a failed write is not retried. */
   stopping(): boolean
+  checkpoints?: CheckpointPolicy
   /** Sessions flushed per macrotask (default 64). */
   batch?: number
   /** Attempts of a write the store refuses before the session is marked unpersisted (ENGINE_PERSIST_MAX_FAILURES). */
@@ -48,7 +67,7 @@ export interface WriteBehindOptions {
 /** History entries held for a session whose writes fail; beyond this the oldest are dropped (and counted). */
 const MAX_PENDING_ENTRIES = 2000
 
-/** Thrown by encoding (an entry or snapshot that is not serialisable): retrying cannot help. */
+/** Thrown by encoding (an entry or state that is not serialisable): retrying cannot help. */
 class EncodingError extends Error {
   override name = 'EncodingError'
 }
@@ -58,19 +77,40 @@ export class WriteBehind {
   private readonly dirty = new Set<SessionWriter>()
   private running: Promise<void> | null = null
   private readonly unpersisted = new Map<string, string>()
+  /** Sessions with entries no checkpoint covers yet: looked at by the checkpoint clock. */
+  readonly behind = new Set<SessionWriter>()
+  private clock: NodeJS.Timeout | null = null
   readonly batch: number
   readonly maxAttempts: number
   readonly retryMs: number
+  readonly checkpoints: CheckpointPolicy
 
   constructor(readonly options: WriteBehindOptions) {
     this.batch = options.batch ?? 64
     this.maxAttempts = options.maxAttempts ?? 8
     this.retryMs = options.retryMs ?? 250
+    this.checkpoints = options.checkpoints ?? DEFAULT_CHECKPOINTS
   }
 
-  /** A writer for one live session. */
-  writer(session: WrittenSession, records: RecordWriter): SessionWriter {
-    return new SessionWriter(session, records, this)
+  /** A writer for one live session; `position`: the history seq its stored checkpoint covers. */
+  writer(session: WrittenSession, records: RecordWriter, position: number): SessionWriter {
+    return new SessionWriter(session, records, this, position)
+  }
+
+  /** Takes time-due checkpoints of sessions that went quiet before one was due by count. */
+  start() {
+    if (this.clock || this.checkpoints.ms <= 0) return
+    this.clock = setInterval(() => {
+      const now = this.options.now()
+      // A session whose writes were given up on tries again with its next change, not on this clock.
+      for (const writer of this.behind) if (!writer.unpersisted && writer.checkpointDue(now)) writer.schedule()
+    }, Math.max(50, this.checkpoints.ms / 2))
+    this.clock.unref()
+  }
+
+  stop() {
+    if (this.clock) clearInterval(this.clock)
+    this.clock = null
   }
 
   /** Sessions whose writes failed and were given up on (until a later write succeeds). */
@@ -81,7 +121,15 @@ export class WriteBehind {
   /** @internal */
   mark(writer: SessionWriter) {
     this.dirty.add(writer)
-    if (!this.running) this.running = this.run().finally(() => (this.running = null))
+    if (!this.running) this.kick()
+  }
+
+  private kick() {
+    this.running = this.run().finally(() => {
+      this.running = null
+      // Marked after the run's last look at the set (its checkpoints settle after its journal writes).
+      if (this.dirty.size > 0) this.kick()
+    })
   }
 
   /** @internal the session's writes are given up on: said once, counted, shown by /healthz. */
@@ -118,13 +166,15 @@ export class WriteBehind {
   }
 
   /**
-   * One batch: every writer's log entries in one insert, then each snapshot (fenced writes are per
-   * session). The next batch starts once the insert is committed: a slow snapshot write of one
-   * session does not hold the history writes (and so the acknowledgements) of every other.
+   * One batch: every writer's journal write, all started in this macrotask (lmdb-js commits them
+   * in one transaction; each is its own bulk write on MongoDB), then the checkpoints that are due
+   * (fenced, per session). The next batch starts once the journal writes are committed: a slow
+   * checkpoint of one session does not hold the history writes (and so the acknowledgements)
+   * of every other.
    */
   private async flush(writers: SessionWriter[]) {
     const { store, fenced } = this.options
-    const taken: { writer: SessionWriter; entries: HistoryEntry[]; upTo: number; docs: LogDoc[] }[] = []
+    const journaled: Promise<void>[] = []
     for (const writer of writers) {
       const { session } = writer
       if (fenced && !session.finished() && session.fence() === undefined) {
@@ -136,38 +186,36 @@ export class WriteBehind {
         continue
       }
       const { entries, upTo } = writer.takeEntries()
-      try {
-        taken.push({ writer, entries, upTo, docs: encode(() => store.logDocs(session.id, entries)) })
-      } catch (error) {
-        writer.failed(entries, error)
-      }
+      const written = entries.length
+        ? store.writeJournal(session.id, entries, session.control()).catch(error => {
+            // What cannot be encoded is refused before anything is written (TypeError, RangeError).
+            throw error instanceof TypeError || error instanceof RangeError ? new EncodingError(`not serialisable: ${error.message}`) : error
+          })
+        : Promise.resolve()
+      journaled.push(
+        written.then(
+          // Committed: a message waiting for its own entry is acknowledged now, before the checkpoint.
+          () => {
+            writer.logged()
+            void this.afterJournal(writer, upTo)
+          },
+          error => writer.failed(entries, error),
+        ),
+      )
     }
-    const docs = taken.flatMap(t => t.docs)
-    let logError: unknown = null
-    if (docs.length) {
-      try {
-        await store.insertLogDocs(docs)
-      } catch (error) {
-        logError = error
-      }
+    await Promise.all(journaled)
+  }
+
+  /** The checkpoint, if one is due, then the changes up to `upTo` are settled. */
+  private async afterJournal(writer: SessionWriter, upTo: number) {
+    try {
+      // A checkpoint of this session still being written by an earlier batch: this change is
+      // taken up again once that write is done (one checkpoint write per session at a time).
+      if ((await writer.writeCheckpoint()) === 'busy') return
+      writer.succeeded(upTo)
+    } catch (error) {
+      writer.failed([], error)
     }
-    // The entries are committed: a message waiting for its own entry is acknowledged now, not
-    // after the snapshot and report writes that follow.
-    if (!logError) for (const { writer } of taken) writer.logged()
-    // Not awaited: each writer's failures are handled in it (failed() retries or gives up).
-    void Promise.all(
-      taken.map(async ({ writer, entries, upTo }) => {
-        if (logError && entries.length) return writer.failed(entries, logError)
-        try {
-          // A snapshot of this session still being written by an earlier batch: this change is
-          // taken up again once that write is done (one snapshot write per session at a time).
-          if ((await writer.writeSnapshot()) === 'busy') return
-          writer.succeeded(upTo)
-        } catch (error) {
-          writer.failed([], error)
-        }
-      }),
-    )
   }
 }
 
@@ -182,62 +230,69 @@ function encode<T>(produce: () => T): T {
 /** One live session's share of the write-behind. */
 export class SessionWriter {
   private pending: HistoryEntry[] = []
-  /** A snapshot write waits for the reply in progress to finish (snapshots are per turn). */
-  private snapshotDue = false
-  private snapshotWanted = false
   /** Changes asked for / changes written (or given up on): flushed() waits for the latter to catch up. */
   private asked = 0
   private done = 0
   private waiters: { upTo: number; resolve: () => void }[] = []
-  /** A snapshot write of this session is in flight; a batch meanwhile leaves the next one for later. */
-  private snapshotWriting = false
-  private rescheduleAfterSnapshot = false
-  /** Entries taken by the batch being written (their insert not yet committed). */
+  /** Entries taken by the batch being written (their commit not yet seen). */
   private taken: HistoryEntry[] = []
   /** entriesWritten() callers, by the history seq they wait for. */
   private seqWaiters: { seq: number; resolve: () => void }[] = []
-  /** The changes (asked) the stored document already holds: the session's insert carried its snapshot. */
-  private storedUpTo = -1
   private attempts = 0
   private retry: NodeJS.Timeout | null = null
   private givenUp = false
+  /** The last history seq appended. */
+  private lastSeq: number
+  /** The history seq the stored checkpoint covers, and since when entries go past it (0: none do). */
+  private checkpointed: number
+  private behindSince = 0
+  /** A checkpoint is asked for regardless of the policy (hibernation, hand-over, stop). */
+  private checkpointAsked = false
+  private checkpointWriting = false
+  private rescheduleAfterCheckpoint = false
 
   constructor(
     readonly session: WrittenSession,
     readonly records: RecordWriter,
     private readonly owner: WriteBehind,
-  ) {}
+    position: number,
+  ) {
+    this.lastSeq = position
+    this.checkpointed = position
+  }
 
-  /** Takes the session's next history entry. */
+  /** Takes the session's next history entry (numbered by the caller, in order). */
   append(entry: HistoryEntry) {
     this.pending.push(entry)
+    this.lastSeq = entry.seq
     if (this.pending.length > MAX_PENDING_ENTRIES) this.pending.splice(0, this.pending.length - MAX_PENDING_ENTRIES)
     this.records.note(entry)
+    if (this.behindSince === 0 && entry.seq > this.checkpointed) {
+      this.behindSince = this.owner.options.now()
+      this.owner.behind.add(this)
+    }
     this.schedule()
   }
 
-  /** Writes what is pending and the snapshot, soon. */
+  /** Writes what is pending (and the checkpoint when due), soon. */
   schedule() {
     this.asked++
-    this.snapshotWanted = true
     if (this.retry) return // a back-off is running: the retry takes this change too
     this.owner.mark(this)
   }
 
-  /**
-   * The store already holds the snapshot as of every change asked for so far (the new session's
-   * document was inserted with it): the next batch writes the entries, and the snapshot only if
-   * the session changed since.
-   */
-  snapshotStored() {
-    this.storedUpTo = this.asked
+  /** A checkpoint is written with the next batch whatever the policy says (hibernation, hand-over, stop). */
+  checkpoint() {
+    if (this.checkpointed === this.lastSeq && !this.givenUp) return
+    this.checkpointAsked = true
+    this.schedule()
   }
 
-  /** The session is between turns again: a snapshot skipped during the reply is written now. */
-  turnEnded() {
-    if (!this.snapshotDue) return
-    this.snapshotDue = false
-    this.schedule()
+  /** By the policy: enough entries, or old enough, since the checkpoint. */
+  checkpointDue(now: number): boolean {
+    if (this.checkpointed === this.lastSeq) return false
+    const { entries, ms } = this.owner.checkpoints
+    return this.lastSeq - this.checkpointed >= entries || (ms > 0 && now - this.behindSince >= ms)
   }
 
   /** Forgets what is not written yet (the session is owned elsewhere). */
@@ -245,7 +300,8 @@ export class SessionWriter {
     this.pending = []
     this.taken = []
     this.wakeSeqWaiters(true)
-    this.snapshotWanted = false
+    this.checkpointAsked = false
+    this.owner.behind.delete(this)
     if (this.retry) clearTimeout(this.retry)
     this.retry = null
     this.owner.cleared(this, false)
@@ -264,7 +320,7 @@ export class SessionWriter {
   /**
    * Resolves once the history entries up to `seq` are committed, or given up on (holdsUpTo()
    * then says so), or discarded with the session. What a user message's acknowledgement waits
-   * for: the snapshot and the report record that follow it are not needed to replay it.
+   * for: the checkpoint and the report record that follow it are not needed to replay it.
    */
   entriesWritten(seq: number): Promise<void> {
     if (!this.unwrittenUpTo(seq)) return Promise.resolve()
@@ -272,7 +328,7 @@ export class SessionWriter {
   }
 
   private unwrittenUpTo(seq: number): boolean {
-    return this.pending.some(entry => entry.seq <= seq) || this.taken.some(entry => entry.seq <= seq)
+    return (this.pending.length > 0 && this.pending[0]!.seq <= seq) || (this.taken.length > 0 && this.taken[0]!.seq <= seq)
   }
 
   /** Wakes the callers whose entries are written; `all`: every caller (a write was given up on). */
@@ -286,9 +342,9 @@ export class SessionWriter {
     }
   }
 
-  /** Nothing to write, nothing being written: what the session is now is in the store. */
+  /** Nothing to write, nothing being written, the checkpoint current: what the session is now is in the store. */
   quiet(): boolean {
-    return this.pending.length === 0 && !this.snapshotWanted && !this.snapshotDue && !this.retry && !this.givenUp && this.done >= this.asked
+    return this.pending.length === 0 && this.taken.length === 0 && this.checkpointed === this.lastSeq && !this.retry && !this.givenUp && this.done >= this.asked
   }
 
   /** Whether the session's writes were given up on (until a later write succeeds). */
@@ -301,12 +357,13 @@ export class SessionWriter {
    * it (the turn the message started) may be pending and are not its concern.
    */
   holdsUpTo(seq: number): boolean {
-    return this.pending.some(entry => entry.seq <= seq)
+    return this.pending.length > 0 && this.pending[0]!.seq <= seq
   }
 
   /** @internal the entries a batch writes now, and the changes asked for so far (what its success settles). */
   takeEntries(): { entries: HistoryEntry[]; upTo: number } {
-    this.taken = this.pending.splice(0)
+    this.taken = this.pending
+    this.pending = []
     return { entries: this.taken, upTo: this.asked }
   }
 
@@ -317,52 +374,50 @@ export class SessionWriter {
   }
 
   /**
-   * @internal writes the snapshot if one is wanted now (log entries are already written); 'busy'
-   * when an earlier batch is still writing one (this change is scheduled again when it is done).
+   * @internal writes the checkpoint (and the record's counts) if one is due now; 'busy' when an
+   * earlier batch is still writing one (this change is scheduled again when it is done).
    */
-  async writeSnapshot(): Promise<'written' | 'skipped' | 'busy'> {
+  async writeCheckpoint(): Promise<'written' | 'skipped' | 'busy'> {
     const { session } = this
-    if (this.snapshotWriting) {
-      this.rescheduleAfterSnapshot = true
+    if (this.checkpointWriting) {
+      this.rescheduleAfterCheckpoint = true
       return 'busy'
     }
-    if (!this.snapshotWanted || session.finished()) return 'skipped'
-    if (this.storedUpTo === this.asked) {
-      // Nothing changed since the insert. Any change since, even one whose entries a later batch
-      // takes, moved `asked`, and the snapshot below then includes it. The record's counters still go now.
-      this.snapshotWanted = false
-      this.records.flushCounts()
-      return 'written'
-    }
-    const snapshot = encode(() => session.snapshot())
-    if (!snapshot) {
-      this.snapshotDue = true
-      return 'skipped'
-    }
-    this.snapshotWanted = false
-    // The record's counters go with the snapshot: one write per turn.
-    this.records.flushCounts()
-    this.snapshotWriting = true
+    // Entries not committed yet (appended since, or taken by a later batch): the next batch covers them.
+    if (session.finished() || this.pending.length > 0 || this.taken.length > 0) return 'skipped'
+    if (!this.checkpointAsked && !this.checkpointDue(this.owner.options.now())) return 'skipped'
+    const write = encode(() => session.checkpoint())
+    if (!write) return 'skipped'
+    this.checkpointAsked = false
+    const covered = write.logPosition
+    this.checkpointWriting = true
     try {
-      const written = await this.owner.options.store.writeSnapshot(session.id, snapshot, session.fence())
+      // The record's counts go with the checkpoint, as of the same seq.
+      this.records.flushCounts(covered)
+      const written = await this.owner.options.store.writeCheckpoint(session.id, write, session.fence())
       if (this.owner.options.fenced && !written && !session.finished()) session.lost('fenced: another node took the session over')
+      this.checkpointed = Math.max(this.checkpointed, covered)
+      if (this.checkpointed === this.lastSeq) {
+        this.behindSince = 0
+        this.owner.behind.delete(this)
+      }
       return 'written'
     } finally {
-      this.snapshotWriting = false
+      this.checkpointWriting = false
     }
   }
 
-  /** A change that came while a snapshot was being written is taken up now, unless a retry's back-off will. */
-  private resumeAfterSnapshot() {
-    if (!this.rescheduleAfterSnapshot || this.retry) return
-    this.rescheduleAfterSnapshot = false
+  /** A change that came while a checkpoint was being written is taken up now, unless a retry's back-off will. */
+  private resumeAfterCheckpoint() {
+    if (!this.rescheduleAfterCheckpoint || this.retry) return
+    this.rescheduleAfterCheckpoint = false
     this.owner.mark(this)
   }
 
   /**
    * @internal the batch that took the changes up to `upTo` is written. Its own bound, not the
-   * latest batch's: a later batch may have taken newer entries whose insert is not committed yet
-   * (a history read waiting for them would otherwise read the log without them).
+   * latest batch's: a later batch may have taken newer entries whose commit is not seen yet
+   * (a history read waiting for them would otherwise read the journal without them).
    */
   succeeded(upTo: number) {
     this.attempts = 0
@@ -371,16 +426,16 @@ export class SessionWriter {
       this.owner.cleared(this, true)
     }
     this.settle(upTo)
-    this.resumeAfterSnapshot()
+    this.resumeAfterCheckpoint()
   }
 
   /** @internal the entries go back in front; retried with back-off, or given up on. */
   failed(entries: HistoryEntry[], error: unknown) {
-    if (entries.length) this.pending.unshift(...entries)
-    // A failed snapshot (no entries) leaves alone the entries a later batch may have taken since.
+    if (entries.length) this.pending = [...entries, ...this.pending]
+    // A failed checkpoint (no entries) leaves alone the entries a later batch may have taken since.
     if (entries === this.taken) this.taken = []
     if (this.pending.length > MAX_PENDING_ENTRIES) this.pending.splice(0, this.pending.length - MAX_PENDING_ENTRIES)
-    this.snapshotWanted = true
+    if (entries.length === 0) this.checkpointAsked = true
     this.attempts++
     const { maxAttempts, retryMs, options } = this.owner
     options.metrics.sessionPersistenceFailures.inc()
@@ -390,7 +445,7 @@ export class SessionWriter {
       this.givenUp = true
       this.wakeSeqWaiters(true)
       this.settle()
-      this.resumeAfterSnapshot()
+      this.resumeAfterCheckpoint()
       return
     }
     options.logger.warn('session write failed; retrying', { sessionId: this.session.id, attempt: this.attempts, error })
@@ -416,6 +471,7 @@ export class SessionWriter {
 
   /** The session ended for good: the unpersisted mark (if any) goes with it. */
   closed() {
+    this.owner.behind.delete(this)
     this.owner.cleared(this, false)
   }
 }

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto'
 import { ApiError } from '../gateway/errors.js'
 import type { Clock } from '../platform/clock.js'
 import type { Crew, CrewCatalog, ToolDefinition } from './crews.js'
-import type { SessionEvent, ToolRunInput } from './machine.js'
+import type { SessionEvent } from './machine.js'
 import type { SessionCommand } from './transport.js'
 import type { PendingTool } from './types.js'
 
@@ -66,12 +66,15 @@ export class ToolRunner {
     })
   }
 
-  /** The machine's `runTools` actor: runs the round's in-process calls in order, each result sent back. */
-  run(input: ToolRunInput, sendBack: (event: SessionEvent) => void): () => void {
+  /**
+   * The machine's `runTools` effect: runs the round's in-process calls in order, each result sent
+   * back (after the transition that asked for them). The answer stops what has not run yet.
+   */
+  run(crewId: string, calls: PendingTool[], sendBack: (event: SessionEvent) => void): () => void {
     let stopped = false
-    const crew = this.crews.get(input.crewId)
+    const crew = this.crews.get(crewId)
     queueMicrotask(() => {
-      for (const call of input.calls) {
+      for (const call of calls) {
         if (stopped) return
         const at = this.clock.now()
         const tool = crew?.tools.find(t => t.id === call.tool)

@@ -138,8 +138,16 @@ export interface Config {
     writeThread: boolean
     /** Consumer ids a session remembers (over every gateway); past it the least recently used is forgotten. */
     maxConsumerIdsPerSession: number
-    /** A session quiet this long lets its actor go (woken from its snapshot by its next command); 0 = never. */
+    /** A session quiet this long lets its actor go (woken from its checkpoint by its next command); 0 = never. */
     hibernateAfterMs: number
+    /**
+     * A live session's checkpoint (its state as of a history seq, what a restore starts from) is
+     * written after this many history entries (ENGINE_CHECKPOINT_ENTRIES) or this long after the
+     * first entry it does not cover (ENGINE_CHECKPOINT_MS), whichever comes first; its report
+     * record's counts go with it.
+     */
+    checkpointEntries: number
+    checkpointMs: number
   }
   /** Overload control (gateway/overload.ts): past these, new work is refused with 503 and Retry-After. */
   overload: {
@@ -306,6 +314,8 @@ export function loadConfig(env: Env = process.env): Config {
       writeThread: int(env, 'ENGINE_WRITE_THREAD', availableParallelism() >= WRITE_THREAD_MIN_CORES ? 1 : 0, 0) === 1,
       maxConsumerIdsPerSession: int(env, 'ENGINE_MAX_CONSUMER_IDS_PER_SESSION', 64, 1),
       hibernateAfterMs: int(env, 'ENGINE_HIBERNATE_AFTER_MS', 10_000, 0),
+      checkpointEntries: int(env, 'ENGINE_CHECKPOINT_ENTRIES', 60, 1),
+      checkpointMs: int(env, 'ENGINE_CHECKPOINT_MS', 2_000, 0),
     },
     overload: {
       loopDelayMs: int(env, 'OVERLOAD_LOOP_DELAY_MS', 200, 0),

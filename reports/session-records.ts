@@ -34,6 +34,11 @@ export interface SessionRecordDoc {
   tool_calls: number
   transfers: number
   end_reason: string | null
+  /**
+   * The history seq its message and tool counts cover (the engine adds the counts of later
+   * entries from the session's journal after a crash; absent in records of older versions).
+   */
+  log_position?: number
   /** Unix ms of the last write (the supervisors' lifecycle feed reads changes by it; engine/session-feed.ts). */
   updated_at?: number
   /** Unix ms of the last user and assistant messages (the listing's phase and no-reply flag). */
@@ -124,6 +129,7 @@ export class SessionRecorder {
           tool_calls: 0,
           transfers: 0,
           end_reason: null,
+          log_position: 0,
           slot: quarterOf(r.startTime),
           slotted: false,
         },
@@ -138,17 +144,28 @@ export class SessionRecorder {
     await this.apply(updates)
   }
 
-  async counted(sessionId: string, counts: TurnCounts) {
+  /**
+   * Adds the counts of the session's history entries after seq `span.from` up to `span.to`.
+   * Applied once: only while the record still covers exactly `span.from` (a write repeated, or
+   * counts a restore added again from the journal, do not count twice).
+   */
+  async counted(sessionId: string, counts: TurnCounts, span: { from: number; to: number }) {
     const user = counts.userMessages ?? 0
     const assistant = counts.assistantMessages ?? 0
-    const set: Record<string, unknown> = { updated_at: this.clock.now() }
+    const set: Record<string, unknown> = { updated_at: this.clock.now(), log_position: span.to }
     if (counts.lastUserAt !== undefined) set.last_user_at = counts.lastUserAt
     if (counts.lastAssistantAt !== undefined) set.last_assistant_at = counts.lastAssistantAt
     if (counts.lastMessage) set.last_message = counts.lastMessage
     await this.records.updateOne(
-      { _id: sessionId, end_time: null },
+      { _id: sessionId, end_time: null, $or: [{ log_position: span.from }, { log_position: { $exists: false } }] },
       { $inc: { messages: user + assistant, user_messages: user, assistant_messages: assistant, tool_calls: counts.toolCalls ?? 0 }, $set: set },
     )
+  }
+
+  /** The history seq a live session's record counts cover (null: no live record; 0: none counted, or an older record). */
+  async countedUpTo(sessionId: string): Promise<number | null> {
+    const record = await this.records.findOne({ _id: sessionId, end_time: null }, { projection: { log_position: 1 } })
+    return record ? (record.log_position ?? 0) : null
   }
 
   /** An attention flag is raised (again): its time and detail change, an earlier acknowledgement stays (older than it). */

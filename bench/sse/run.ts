@@ -100,10 +100,10 @@ function ask<T>(child: ChildProcess, type: string, field?: string): Promise<T> {
   })
 }
 
-/** The session machine's CPU per turn, alone (machine-alone.ts in a process of its own); null if it fails. */
-function machineAlone(): { turns: number; cpuMsPerTurn: number; complete: boolean } | null {
+/** The session machine's CPU per turn alone, beside a lean XState machine and a plain reducer (machine-alone.ts); null if it fails. */
+function machineAlone(): { turns: number; cpuMsPerTurn: { session: number; lean: number; plain: number }; ratio: { sessionToLean: number; sessionToPlain: number }; complete: boolean } | null {
   try {
-    const out = execFileSync(process.execPath, ['--import', '@tapjs/typescript/import', join(here, 'machine-alone.ts')], { encoding: 'utf8', timeout: 120_000 })
+    const out = execFileSync(process.execPath, ['--import', '@tapjs/typescript/import', join(here, 'machine-alone.ts')], { encoding: 'utf8', timeout: 600_000 })
     const result = JSON.parse(out.trim().split('\n').at(-1)!)
     return result.complete ? result : null
   } catch (error) {
@@ -553,7 +553,8 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const machine = sb ? machineAlone() : null
   if (machine) {
     const perMessage = (target: string) => summary[target].rates.map((r: any) => `${f(r.cpuMsPerMessage, 3)} at ${r.rate}/s`).join(', ')
-    console.log(`session machine alone (machine-alone.ts, ${machine.turns} turns): ${f(machine.cpuMsPerTurn, 3)} ms CPU per turn; switchboard ${perMessage('switchboard')}${base ? `; ${BASELINE} ${perMessage(BASELINE)}` : ''} (ms CPU per message)`)
+    const { session, lean, plain } = machine.cpuMsPerTurn
+    console.log(`session machine alone (machine-alone.ts, ${machine.turns} turns): ${f(session, 4)} ms CPU per turn (a lean XState machine ${f(lean, 4)}, ${f(machine.ratio.sessionToLean, 2)}x; a plain reducer ${f(plain, 4)}); switchboard ${perMessage('switchboard')}${base ? `; ${BASELINE} ${perMessage(BASELINE)}` : ''} (ms CPU per message)`)
   }
   writeResults(import.meta.url, started, {
     date: new Date().toISOString(),

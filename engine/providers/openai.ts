@@ -33,7 +33,7 @@ export function toChatMessages(request: ProviderRequest, config: OpenAiAssistant
  * the conversation keeps the order things happened in: a user may write while an external tool
  * runs. Each answered call's result is moved up to just after the message that asked for it.
  */
-function resultsAfterTheirCalls(messages: ConversationMessage[]): ConversationMessage[] {
+function resultsAfterTheirCalls(messages: readonly ConversationMessage[]): readonly ConversationMessage[] {
   const results = new Map<string, ConversationMessage>()
   for (const m of messages) if (m.author === 'tool' && m.callId && answeredByAssistant(m)) results.set(m.callId, m)
   if (results.size === 0) return messages

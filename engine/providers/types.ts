@@ -9,10 +9,13 @@ export interface ProviderRequest {
   agentId: string
   turnId: number
   arguments: Record<string, unknown>
-  messages: ConversationMessage[]
+  messages: readonly ConversationMessage[]
   /** Tools the assistant may call on this round (empty once the turn used its tool rounds). */
   tools: ToolDefinition[]
-  signal: AbortSignal
+  /** Aborted when the turn is cut (pause, destroy); made on first read, for providers whose I/O takes one. */
+  readonly signal: AbortSignal
+  /** Whether the turn was cut: what a provider without I/O checks between chunks. */
+  readonly cancelled?: boolean
 }
 
 export type ProviderChunk =

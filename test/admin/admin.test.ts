@@ -1,6 +1,6 @@
 // Session administration over real HTTP, watched through a real SSE stream of the session.
 import t from 'tap'
-import { call, KEYS, startTestService } from '../support/harness.js'
+import { call, eventually, KEYS, startTestService } from '../support/harness.js'
 import { ADMIN, CHANNEL, createSession } from '../support/sse.js'
 import { crewsFile } from '../engine/fixtures/crews.js'
 
@@ -204,7 +204,8 @@ t.test('pause and resume: nothing while paused, kept messages answered after res
   t.equal((await stream.next()).event, 'crew.status.writing')
   t.equal((await stream.next('assistant.message')).data.text, 'You said: is anyone there?')
   t.same((await history()).data.filter((e: any) => e.userId).map((e: any) => e.type), ['session.paused', 'session.resumed'])
-  record = await service.platform.store.collection('session_records').findOne({ _id: sessionId })
+  // The counts are written with the session's next checkpoint (ENGINE_CHECKPOINT_MS).
+  record = await eventually(() => service.platform.store.collection('session_records').findOne({ _id: sessionId }), r => r?.assistant_messages === 1)
   t.match(record, { status: 'active', user_messages: 1, assistant_messages: 1 })
 })
 

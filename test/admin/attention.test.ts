@@ -11,7 +11,7 @@ const SUPERVISOR = { UserId: 'sup-ana' }
 const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
 
 /** The session's row once `ok` holds (records are written behind the session). */
-async function row(base: string, sessionId: string, ok: (row: any) => boolean, timeoutMs = 5000) {
+async function row(base: string, sessionId: string, ok: (row: any) => boolean, timeoutMs = 15_000) {
   const until = Date.now() + timeoutMs
   for (;;) {
     const res = await call(base, 'GET', `${SESSIONS}?state=live`, { headers: SUPERVISOR })
@@ -103,7 +103,9 @@ t.test('an assistant that fails: assistant_error at once, no_reply after the cre
       },
     ],
   })
-  const svc = await startTestService(t, { env: { CREWS_FILE: crews } })
+  // The listing's message times come with the session's checkpoint (ENGINE_CHECKPOINT_MS, 2 s by
+  // default): sooner here, so the second before no_reply is due can be seen.
+  const svc = await startTestService(t, { env: { CREWS_FILE: crews, ENGINE_CHECKPOINT_MS: '100' } })
   const opened = await openSse(svc.base, 'GET', `${SESSIONS}/feed`, { headers: SUPERVISOR })
   const feed = opened.stream!
   t.teardown(() => feed.close())

@@ -14,7 +14,7 @@ const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
 const list = (base: string, query = '', key: string = KEYS.acme) => call(base, 'GET', `${SESSIONS}${query}`, { key, headers: USER })
 
 /** Polls the listing until `ok` holds (the record is written behind the session). */
-async function listed(base: string, query: string, ok: (rows: any[]) => boolean, timeoutMs = 5000) {
+async function listed(base: string, query: string, ok: (rows: any[]) => boolean, timeoutMs = 15_000) {
   const until = Date.now() + timeoutMs
   for (;;) {
     const res = await list(base, query)

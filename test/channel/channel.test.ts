@@ -36,7 +36,8 @@ t.test('a user message: 201, then writing, response chunks, message, waiting on 
   const turn = stream.events.slice(2).filter(e => e.event !== 'hearthbeat')
   t.equal(turn[0]!.event, 'crew.status.writing')
   const chunks = turn.filter(e => e.event === 'assistant.response')
-  t.ok(chunks.length > 1, 'the reply streams in chunks')
+  // The scripted reply is written at once: one write window, one chunk (a slower one below).
+  t.equal(chunks.length, 1, 'a reply produced at once comes as one chunk')
   t.equal(chunks.map(c => c.data.delta).join(''), message.data.text, 'chunks add up to the message')
   t.same(chunks.map(c => c.data.index), chunks.map((_, i) => i))
   t.ok(chunks.every(c => c.data.messageId === message.data.messageId && c.data.turnId === 1), 'the chunks carry the message\'s id and turn')
@@ -44,6 +45,20 @@ t.test('a user message: 201, then writing, response chunks, message, waiting on 
   t.same(turn.map(e => e.event).slice(-2), ['assistant.message', 'crew.status.waiting'])
   const ids = stream.events.map(e => Number(e.id))
   t.same(ids, ids.map((_, i) => i + 1), 'ids are consecutive from 1')
+  stream.close()
+})
+
+t.test('a reply written word by word over time streams a chunk per write window, in order, adding up to the message', async t => {
+  const crews = crewsFile({ patchDemo: { assistant: { provider: 'scripted', chunkDelayMs: 30, fallback: 'one two three four' } } })
+  const { base } = await startTestService(t, { env: { CREWS_FILE: crews } })
+  const { stream, sessionId, consumerId } = await createSession(base)
+  await stream.next('crew.status.waiting')
+  t.equal((await send(base, sessionId, consumerId, 'go on')).status, 201)
+  const message = await stream.next('assistant.message')
+  const chunks = stream.events.filter(e => e.event === 'assistant.response')
+  t.same(chunks.map(c => c.data.delta), ['one ', 'two ', 'three ', 'four'], 'a chunk per word: each came in a window of its own')
+  t.same(chunks.map(c => c.data.index), [0, 1, 2, 3])
+  t.equal(chunks.map(c => c.data.delta).join(''), message.data.text)
   stream.close()
 })
 

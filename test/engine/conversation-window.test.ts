@@ -3,12 +3,9 @@
 // conversation, and the whole conversation stays in the history log.
 import t from 'tap'
 import fc from 'fast-check'
-import { createActor } from 'xstate'
-import { digestAdd, digestOf, emptyDigest, summarize, summarizeDigest, SUMMARY_NOTES } from '../../engine/conversation.js'
-import { CONTEXT_WINDOW_MESSAGES, openingOf, sessionMachine, type SessionEmitted } from '../../engine/machine.js'
+import { CONTEXT_WINDOW_MESSAGES, digestAdd, digestOf, emptyDigest, summarize, summarizeDigest, SUMMARY_NOTES } from '../../engine/conversation.js'
 import type { ConversationMessage } from '../../engine/types.js'
-
-const T0 = 1_700_000_000_000
+import { effectSession, T0 } from './fixtures/effect-session.js'
 
 /** The summary as it was computed before the digest: from the whole list of messages (the reference). */
 function wholeListSummary(messages: ConversationMessage[], agentId: string): string {
@@ -53,44 +50,28 @@ t.test('the summary kept from the digest, message by message, is the one compute
 })
 
 t.test('a long conversation: the context keeps a bounded window; counts, summary and the history log cover all of it', async t => {
-  const opening = openingOf({
-    sessionId: 's-1',
-    accountId: 'acme',
-    crewId: 'demo',
-    agentId: 'general',
-    agents: ['general'],
-    modifiers: {},
-    arguments: {},
-    at: T0,
-    idleTimeoutMs: 60_000,
-    consumerId: 'c-1',
-  })
-  const actor = createActor(sessionMachine, { input: { context: opening.context } })
-  const log: SessionEmitted[] = []
-  actor.on('log', e => void log.push(e))
-  actor.start()
+  const s = effectSession({ crew: { ...effectSession().live.crew, guardrails: [] } })
   const turns = 400
   let persistedSize = 0
   for (let i = 0; i < turns; i++) {
-    actor.send({ type: 'user.message', text: `question ${i} ${'x'.repeat(100)}`, consumerId: 'c-1', at: T0 + i })
-    actor.send({ type: 'gen.completed', text: `answer ${i}`, toolCalls: [], at: T0 + i })
-    if (i === 99) persistedSize = JSON.stringify(actor.getPersistedSnapshot()).length
-    if (i % 50 === 0) actor.send({ type: 'admin.whisper', userId: 'sup', text: `note ${i}`, at: T0 + i })
+    s.send({ type: 'user.message', text: `question ${i} ${'x'.repeat(100)}`, consumerId: 'c-1', at: T0 + i })
+    s.send({ type: 'gen.completed', text: `answer ${i}`, toolCalls: [], at: T0 + i })
+    if (i === 99) persistedSize = JSON.stringify(s.conversation.state()).length
+    if (i % 50 === 0) s.send({ type: 'admin.whisper', userId: 'sup', text: `note ${i}`, at: T0 + i })
   }
-  const context = actor.getSnapshot().context
-  t.ok(context.messages.length <= CONTEXT_WINDOW_MESSAGES, `the context holds ${context.messages.length} messages`)
-  t.equal(context.messages.at(-1)!.text, `answer ${turns - 1}`, 'the most recent messages are kept')
-  t.equal(context.digest!.total, turns * 2 + 8, 'every message is counted')
-  t.match(context.summary, new RegExp(`^${turns} user message\\(s\\), ${turns} assistant message\\(s\\)\\. User opened with: "question 0 `))
-  t.match(context.summary, /Supervisor notes: "note 0"; .*"note 350"\./)
-  const size = JSON.stringify(actor.getPersistedSnapshot()).length
-  t.ok(size < persistedSize * 1.1, `the persisted snapshot does not grow with the conversation (${persistedSize} B after 100 turns, ${size} B after ${turns})`)
-  const userEntries = log.filter(e => e.type === 'log' && e.entry.type === 'message.user')
-  t.equal(userEntries.length, turns, 'the history log has every message')
+  const window = s.conversation.window
+  t.ok(window.length <= CONTEXT_WINDOW_MESSAGES, `the context holds ${window.length} messages`)
+  t.equal(window.at(-1)!.text, `answer ${turns - 1}`, 'the most recent messages are kept')
+  t.equal(s.conversation.total, turns * 2 + 8, 'every message is counted')
+  const summary = s.conversation.summary('general')
+  t.match(summary, new RegExp(`^${turns} user message\\(s\\), ${turns} assistant message\\(s\\)\\. User opened with: "question 0 `))
+  t.match(summary, /Supervisor notes: "note 0"; .*"note 350"\./)
+  const size = JSON.stringify(s.conversation.state()).length
+  t.ok(size < persistedSize * 1.1, `what a checkpoint keeps does not grow with the conversation (${persistedSize} B after 100 turns, ${size} B after ${turns})`)
+  t.equal(s.log.filter(e => e.type === 'message.user').length, turns, 'the history log has every message')
 
   // Override: the count before it is the whole conversation's, not the window's.
-  actor.send({ type: 'admin.override', userId: 'sup', messages: [{ author: 'user', text: 'fresh start' }], at: T0 + turns })
-  const overridden = log.at(-1)!
-  t.match(overridden.type === 'log' && overridden.entry, { type: 'context.overridden', previousCount: turns * 2 + 8, count: 1 })
-  t.equal(actor.getSnapshot().context.digest!.total, 1)
+  s.send({ type: 'admin.override', userId: 'sup', messages: [{ author: 'user', text: 'fresh start' }], at: T0 + turns })
+  t.match(s.log.at(-1), { type: 'context.overridden', previousCount: turns * 2 + 8, count: 1 })
+  t.equal(s.conversation.total, 1)
 })

@@ -52,8 +52,8 @@ const SESSION = '0d9a7f0e-5b1c-4c1e-8a41-2f7d6b3c9e01'
 const target = { sessionId: SESSION, accountId: 'acme' }
 
 /** A node on `store` with the test's session created on it (its events collected). */
-async function nodeWithSession(store: Store, create: Record<string, unknown> = {}, chunkDelayMs?: number) {
-  const a = node(store, {}, chunkDelayMs)
+async function nodeWithSession(store: Store, create: Record<string, unknown> = {}, chunkDelayMs?: number, env: Record<string, string> = {}) {
+  const a = node(store, env, chunkDelayMs)
   await a.start()
   const c = collector()
   await a.transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: { name: 'Ana' }, ...create } as any, c.listener)
@@ -72,19 +72,28 @@ async function answeredOnAnotherNode(t: { teardown(fn: () => unknown): void }, s
   return { b, c }
 }
 
-t.test('after every turn the snapshot and the log are in the store', async t => {
+t.test('a turn is one journal write (its entries and the control state); the checkpoint follows every few entries', async t => {
   const store = new MemoryStore()
-  const { a, c } = await nodeWithSession(store)
+  const { a, c } = await nodeWithSession(store, {}, undefined, { ENGINE_CHECKPOINT_ENTRIES: '6', ENGINE_CHECKPOINT_MS: '0' })
   t.teardown(() => a.stop())
+  const journal = store.orderedLog<any>('engine_session_journal')
+  const doc = () => store.collection('engine_sessions').findOne({ _id: SESSION })
   await a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'hello' })
   await c.until('crew.status.waiting', 2)
   await a.transport.command(target, { type: 'query.history', after: 0, limit: 10 }) // waits for the writes
-  const doc = await store.collection('engine_sessions').findOne({ _id: SESSION })
-  t.match(doc, { state: 'active', agentId: 'general', logPosition: 4, accountId: 'acme', crewId: 'demo' })
-  const persisted = JSON.parse(doc!.snapshot)
-  t.equal(persisted.value.active, 'idle')
-  t.equal(persisted.context.seq, 4)
-  t.equal(await store.collection('engine_session_log').countDocuments({ sessionId: SESSION }), 4)
+  const entries = await journal.read(SESSION, 0)
+  t.same(entries.map(r => r.value.type), ['session.created', 'message.user', 'turn.started', 'message.assistant'], 'the entries, at their seq')
+  t.same(entries.map(r => r.position), [1, 2, 3, 4])
+  t.match(await journal.get(SESSION, 0), { seq: 4, control: { value: { active: 'idle' }, context: { turnId: 1, replyOwed: false, agentId: 'general' } } }, 'the control state as of the last entry')
+  t.match(await doc(), { state: 'active', agentId: 'general', logPosition: 1, accountId: 'acme', crewId: 'demo' }, 'the checkpoint is still the opening one')
+
+  await a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'again' })
+  await c.until('crew.status.waiting', 3)
+  await a.transport.command(target, { type: 'query.history', after: 0, limit: 10 })
+  const checkpoint = JSON.parse((await doc())!.snapshot)
+  t.equal((await doc())!.logPosition, 7, 'six entries past the last checkpoint: a new one')
+  t.match(checkpoint, { logPosition: 7, control: { value: { active: 'idle' }, context: { turnId: 2 } } })
+  t.same(checkpoint.conversation.messages.map((m: any) => m.text), ['hello', 'Hello! How can I help you today?', 'again', 'You said: again'], 'with the conversation')
 })
 
 t.test('another node restores a session from the store and carries on', async t => {

@@ -9,6 +9,8 @@ import { CHANNEL, createSession } from '../support/sse.js'
 // engine writes through that object here (ENGINE_WRITE_THREAD=0). With the write thread, a
 // refused write reaches the write-behind as the same rejected promise (test/platform/write-thread.test.ts).
 const ON_THE_LOOP = { ENGINE_WRITE_THREAD: '0' }
+/** A checkpoint with every batch of entries (by default one is written every few dozen entries or seconds). */
+const CHECKPOINT_EVERY_TURN = { ENGINE_CHECKPOINT_ENTRIES: '1' }
 
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 
@@ -18,12 +20,12 @@ async function metric(metricsBase: string, name: string): Promise<number> {
   return match ? Number(match[1]) : NaN
 }
 
-t.test('a session whose snapshot write always fails stops retrying and is reported', async t => {
-  const { base, metricsBase, service } = await startTestService(t, { env: { ...ON_THE_LOOP, ENGINE_PERSIST_MAX_FAILURES: '3' } })
+t.test('a session whose checkpoint write always fails stops retrying and is reported', async t => {
+  const { base, metricsBase, service } = await startTestService(t, { env: { ...ON_THE_LOOP, ...CHECKPOINT_EVERY_TURN, ENGINE_PERSIST_MAX_FAILURES: '3' } })
   const { stream, sessionId, consumerId } = await createSession(base)
   t.teardown(() => stream.close())
 
-  // The store refuses every snapshot write of this session (a value it cannot encode, a full disk).
+  // The store refuses every checkpoint write of this session (a value it cannot encode, a full disk).
   const sessions = service.platform.store.collection('engine_sessions')
   const updateOne = sessions.updateOne.bind(sessions)
   sessions.updateOne = async (filter, update, options) => {
@@ -63,13 +65,13 @@ t.test('a user message whose history entry cannot be written is not acknowledged
   const { stream, sessionId, consumerId } = await createSession(base)
   t.teardown(() => stream.close())
   await stream.next('crew.status.waiting')
-  // The embedded store acknowledges a message once its entry is committed; here the log refuses.
-  const log = service.platform.store.collection('engine_session_log')
-  const insertMany = log.insertMany.bind(log)
+  // The embedded store acknowledges a message once its entry is committed; here the journal refuses.
+  const journal = service.platform.store.orderedLog('engine_session_journal')
+  const write = journal.write.bind(journal)
   let refusing = true
-  log.insertMany = async (docs, options) => {
-    if (refusing && docs.some((d: any) => d.sessionId === sessionId)) throw new Error('disk full')
-    return insertMany(docs, options)
+  journal.write = async records => {
+    if (refusing && records.some(r => r.stream === sessionId)) throw new Error('disk full')
+    return write(records)
   }
   const refused = await call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'hola' } })
   t.equal(refused.status, 503, refused.text)
@@ -82,12 +84,12 @@ t.test('a user message whose history entry cannot be written is not acknowledged
   t.ok(history.some((e: any) => e.type === 'message.user' && e.text === 'otra vez'), 'the accepted message is in the stored history')
 })
 
-t.test('a user message is acknowledged once its history entry is written, not after the snapshot write that follows', async t => {
-  const { base, service } = await startTestService(t, { env: ON_THE_LOOP })
+t.test('a user message is acknowledged once its history entry is written, not after the checkpoint write that follows', async t => {
+  const { base, service } = await startTestService(t, { env: { ...ON_THE_LOOP, ...CHECKPOINT_EVERY_TURN } })
   const { stream, sessionId, consumerId } = await createSession(base)
   t.teardown(() => stream.close())
   await stream.next('crew.status.waiting')
-  // The session's snapshot writes wait at a gate (a slow store); its log inserts do not.
+  // The session's checkpoint writes wait at a gate (a slow store); its journal writes do not.
   const sessions = service.platform.store.collection('engine_sessions')
   const updateOne = sessions.updateOne.bind(sessions)
   let open!: () => void
@@ -100,7 +102,7 @@ t.test('a user message is acknowledged once its history entry is written, not af
     }
     return updateOne(filter, update, options)
   }
-  // Before, the acknowledgement waited for the snapshot too: it would still be waiting at the gate.
+  // Had the acknowledgement waited for the checkpoint too, it would still be waiting at the gate.
   const sent = await Promise.race([
     call(base, 'PUT', `${CHANNEL}/${sessionId}/${consumerId}`, { body: { message: 'hola' } }),
     sleep(5000).then(() => ({ status: 0, text: 'no answer within 5 s' })),
@@ -108,7 +110,7 @@ t.test('a user message is acknowledged once its history entry is written, not af
   t.equal(sent.status, 201, sent.text)
   await stream.next('assistant.message')
   for (let i = 0; i < 100 && held === 0; i++) await sleep(20)
-  t.ok(held >= 1, 'a snapshot write is held at the gate')
+  t.ok(held >= 1, 'a checkpoint write is held at the gate')
   open()
   const history = (await call(base, 'GET', `/engine/api/administration/session/${sessionId}/history`, { headers: { UserId: 'sup' } })).json.data
   t.ok(history.some((e: any) => e.type === 'message.user' && e.text === 'hola'), 'the acknowledged message is in the stored history')

@@ -59,16 +59,28 @@ function collector() {
   }
 }
 
-/** Holds the `n`th history insert of `store` until `release()`; `inserts` counts them. */
+/** Holds the `n`th journal write of `store` until `release()`; `inserts` counts them. */
 function holdInsert(store: SessionStore, n: number) {
-  const insertLogDocs = store.insertLogDocs.bind(store)
+  const writeJournal = store.writeJournal.bind(store)
   const gate = { inserts: 0, release: () => {} }
   const held = new Promise<void>(resolve => (gate.release = resolve))
-  store.insertLogDocs = async docs => {
+  store.writeJournal = async (...args) => {
     if (++gate.inserts === n) await held
-    return insertLogDocs(docs)
+    return writeJournal(...args)
   }
   return gate
+}
+
+/** A session as the write-behind sees it; `state` is what its checkpoints hold. */
+function writtenSession(id: string, state: { value: string; seq?: number }) {
+  return {
+    id,
+    finished: () => false,
+    control: () => ({ value: { active: 'idle' }, context: {} }) as any,
+    checkpoint: () => ({ state: 'active', agentId: 'a', checkpoint: state.value, logPosition: state.seq ?? 0, eventSeq: 0, deadlines: { idle: 0, tools: [] }, updatedAt: 0 }) as any,
+    fence: () => undefined,
+    lost: () => {},
+  } as any
 }
 
 /** A value JSON.stringify cannot encode (it overflows the stack), as the issue's fuzzer found. */
@@ -178,36 +190,38 @@ t.test('consumer ids per session are bounded on the engine side; the least recen
   t.match(await transport.command(target, { type: 'user.message', consumerId: 'c0', text: 'back' }), { accepted: true })
 })
 
-t.test('a message waits for its own history entry: a failed snapshot of an earlier batch does not acknowledge an entry still being written', async t => {
+t.test('a message waits for its own history entry: a failed checkpoint of an earlier batch does not acknowledge an entry still being written', async t => {
   const { WriteBehind } = await import('../../engine/session-writer.js')
   const { SessionStore } = await import('../../engine/session-store.js')
   const logger = createLogger('silent')
   const store = new SessionStore(new MemoryStore())
-  // Gates: the first snapshot write fails when told to; the second batch's log insert waits.
-  let failSnapshot!: (error: Error) => void
-  const snapshotFailed = new Promise<never>((_, reject) => (failSnapshot = reject))
+  // Gates: the first checkpoint write fails when told to; the second batch's journal write waits.
+  let failCheckpoint!: (error: Error) => void
+  const checkpointFailed = new Promise<never>((_, reject) => (failCheckpoint = reject))
   const secondInsert = holdInsert(store, 2)
-  store.writeSnapshot = async () => snapshotFailed
-  const writeBehind = new WriteBehind({ store, logger, metrics: createMetrics(), fenced: false, stopping: () => false, maxAttempts: 5, retryMs: 10_000 })
-  const session = { id: SESSION, finished: () => false, snapshot: () => ({ state: 'active', agentId: 'a', snapshot: '{}', logPosition: 0, eventSeq: 0, deadlines: { idle: 0, tools: [] }, updatedAt: 0 }) as any, fence: () => undefined, lost: () => {} }
+  store.writeCheckpoint = async () => checkpointFailed
+  const writeBehind = new WriteBehind({ store, logger, metrics: createMetrics(), now: Date.now, fenced: false, stopping: () => false, maxAttempts: 5, retryMs: 10_000, checkpoints: { entries: 1, ms: 0 } })
+  const state = { value: '{}', seq: 0 }
   const records = { note: () => {}, flushCounts: () => {}, written: async () => {} } as any
-  const writer = writeBehind.writer(session, records)
+  const writer = writeBehind.writer(writtenSession(SESSION, state), records, 0)
 
+  state.seq = 1
   writer.append({ seq: 1, at: 1, type: 'message.user', text: 'one' })
   await writer.entriesWritten(1)
-  t.equal(secondInsert.inserts, 1, 'the first entry is written (its snapshot write is still pending)')
+  t.equal(secondInsert.inserts, 1, 'the first entry is written (its checkpoint write is still pending)')
+  state.seq = 2
   writer.append({ seq: 2, at: 2, type: 'message.user', text: 'two' })
   let acknowledged = false
   const second = writer.entriesWritten(2).then(() => (acknowledged = true))
   for (let i = 0; i < 400 && secondInsert.inserts < 2; i++) await sleep(5)
-  t.equal(secondInsert.inserts, 2, 'the second batch is inserting (held)')
-  failSnapshot(new Error('snapshot refused'))
+  t.equal(secondInsert.inserts, 2, 'the second batch is writing its journal (held)')
+  failCheckpoint(new Error('checkpoint refused'))
   await sleep(20)
   // A message arriving now (another PUT up to the same entry) waits as well.
   let late = false
   const another = writer.entriesWritten(2).then(() => (late = true))
   await sleep(20)
-  t.notOk(acknowledged || late, 'the first batch`s failed snapshot does not acknowledge the second entry')
+  t.notOk(acknowledged || late, 'the first batch`s failed checkpoint does not acknowledge the second entry')
   secondInsert.release()
   await Promise.all([second, another])
   t.ok(acknowledged && late)
@@ -215,35 +229,36 @@ t.test('a message waits for its own history entry: a failed snapshot of an earli
   t.same((await store.entriesAfter(SESSION, 0)).map(e => e.seq), [1, 2])
 })
 
-t.test('a history read waits for the entries asked for: an earlier batch`s snapshot that ends does not count a later batch`s entries as written', async t => {
+t.test('a history read waits for the entries asked for: an earlier batch`s checkpoint that ends does not count a later batch`s entries as written', async t => {
   const { WriteBehind } = await import('../../engine/session-writer.js')
   const { SessionStore } = await import('../../engine/session-store.js')
   const store = new SessionStore(new MemoryStore())
-  // Gates: the first snapshot write waits until released (then succeeds); the second batch's log insert waits.
-  let releaseSnapshot!: () => void
-  const snapshotHeld = new Promise<void>(resolve => (releaseSnapshot = resolve))
-  let snapshots = 0
-  store.writeSnapshot = async () => {
-    if (++snapshots === 1) await snapshotHeld
+  // Gates: the first checkpoint write waits until released (then succeeds); the second batch's journal write waits.
+  let releaseCheckpoint!: () => void
+  const checkpointHeld = new Promise<void>(resolve => (releaseCheckpoint = resolve))
+  let checkpoints = 0
+  store.writeCheckpoint = async () => {
+    if (++checkpoints === 1) await checkpointHeld
     return true
   }
   const secondInsert = holdInsert(store, 2)
-  const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), fenced: false, stopping: () => false })
-  const session = { id: SESSION, finished: () => false, snapshot: () => ({ state: 'active', agentId: 'a', snapshot: '{}', logPosition: 0, eventSeq: 0, deadlines: { idle: 0, tools: [] }, updatedAt: 0 }) as any, fence: () => undefined, lost: () => {} }
+  const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), now: Date.now, fenced: false, stopping: () => false, checkpoints: { entries: 1, ms: 0 } })
+  const state = { value: '{}', seq: 1 }
   const records = { note: () => {}, flushCounts: () => {}, written: async () => {} } as any
-  const writer = writeBehind.writer(session, records)
+  const writer = writeBehind.writer(writtenSession(SESSION, state), records, 0)
 
   writer.append({ seq: 1, at: 1, type: 'message.user', text: 'one' })
   await writer.entriesWritten(1)
-  for (let i = 0; i < 400 && snapshots < 1; i++) await sleep(5)
-  t.equal(snapshots, 1, 'the first batch`s snapshot is being written (held)')
+  for (let i = 0; i < 400 && checkpoints < 1; i++) await sleep(5)
+  t.equal(checkpoints, 1, 'the first batch`s checkpoint is being written (held)')
+  state.seq = 2
   writer.append({ seq: 2, at: 2, type: 'session.paused' })
   for (let i = 0; i < 400 && secondInsert.inserts < 2; i++) await sleep(5)
-  t.equal(secondInsert.inserts, 2, 'the second batch is inserting (held)')
-  // What GET /history waits for before it reads the log.
+  t.equal(secondInsert.inserts, 2, 'the second batch is writing its journal (held)')
+  // What GET /history waits for before it reads the journal.
   let flushed = false
   const read = writer.flushed().then(() => (flushed = true))
-  releaseSnapshot()
+  releaseCheckpoint()
   await sleep(30)
   t.notOk(flushed, 'not flushed while the second entry is still being written')
   secondInsert.release()
@@ -251,41 +266,51 @@ t.test('a history read waits for the entries asked for: an earlier batch`s snaps
   t.same((await store.entriesAfter(SESSION, 0)).map(e => e.seq), [1, 2], 'the read finds both entries')
 })
 
-t.test('a new session`s document is written once: its opening snapshot is not written again, a change right after opening is', async t => {
+t.test('checkpoints follow the policy: not again for what the opening covers, then every N entries with the record`s counts; quiet only once one covers everything', async t => {
   const { WriteBehind } = await import('../../engine/session-writer.js')
   const { SessionStore } = await import('../../engine/session-store.js')
   const store = new SessionStore(new MemoryStore())
   const written: string[] = []
-  store.writeSnapshot = async (_id, write) => {
-    written.push(write.snapshot)
+  store.writeCheckpoint = async (_id, write) => {
+    written.push(write.checkpoint)
     return true
   }
-  const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), fenced: false, stopping: () => false })
-  let state = 'opening'
-  const session = { id: SESSION, finished: () => false, snapshot: () => ({ state: 'active', agentId: 'a', snapshot: state, logPosition: 0, eventSeq: 0, deadlines: { idle: 0, tools: [] }, updatedAt: 0 }) as any, fence: () => undefined, lost: () => {} }
-  let counted = 0
-  const records = { note: () => {}, flushCounts: () => void counted++, written: async () => {} } as any
+  const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), now: Date.now, fenced: false, stopping: () => false, checkpoints: { entries: 3, ms: 0 } })
+  const counted: number[] = []
+  const records = { note: () => {}, flushCounts: (upTo: number) => void counted.push(upTo), written: async () => {} } as any
 
-  // Opened alone: the entries are written, the snapshot is not (the insert carried it).
-  const alone = writeBehind.writer({ ...session, id: 'alone' }, records)
-  alone.append({ seq: 1, at: 1, type: 'session.created' })
-  alone.snapshotStored()
-  await alone.flushed()
-  t.same(written, [], 'no second write of the opening snapshot')
-  t.equal(counted, 1, 'the record`s counters are still written with the batch')
-  t.ok(alone.quiet(), 'nothing left to write: the session may hibernate')
-
-  // A change while the opening's batch is being written (its history insert held): its
-  // snapshot is written, once.
-  const first = holdInsert(store, 1)
-  const writer = writeBehind.writer(session, records)
+  // Opened: its document was inserted with the checkpoint of seq 1 (the opening).
+  const state = { value: 'opening', seq: 1 }
+  const writer = writeBehind.writer(writtenSession(SESSION, state), records, 1)
   writer.append({ seq: 1, at: 1, type: 'session.created' })
-  writer.snapshotStored()
-  for (let i = 0; i < 400 && first.inserts < 1; i++) await sleep(5)
-  state = 'paused'
-  writer.append({ seq: 2, at: 2, type: 'session.paused' })
-  first.release()
   await writer.flushed()
-  t.same(written, ['paused'], 'the change is written')
-  t.same((await store.entriesAfter(SESSION, 0)).map(e => e.seq), [1, 2])
+  t.same(written, [], 'the opening checkpoint is not written again')
+  t.ok(writer.quiet(), 'nothing left to write: the session may hibernate')
+
+  for (const seq of [2, 3]) {
+    state.value = `at ${seq}`
+    state.seq = seq
+    writer.append({ seq, at: seq, type: 'message.user', text: String(seq) })
+    await writer.flushed()
+  }
+  t.same(written, [], 'two entries past it: not yet')
+  t.notOk(writer.quiet(), 'not quiet: the checkpoint does not cover them')
+  state.value = 'at 4'
+  state.seq = 4
+  writer.append({ seq: 4, at: 4, type: 'message.user', text: '4' })
+  await writer.flushed()
+  t.same(written, ['at 4'], 'three past it: one checkpoint')
+  t.same(counted, [4], 'the record`s counts with it, as of the same seq')
+  t.ok(writer.quiet())
+
+  // Asked for (hibernation, hand-over): written whatever the policy says.
+  state.value = 'at 5'
+  state.seq = 5
+  writer.append({ seq: 5, at: 5, type: 'session.paused' })
+  await writer.flushed()
+  t.same(written, ['at 4'])
+  writer.checkpoint()
+  await writer.flushed()
+  t.same(written, ['at 4', 'at 5'], 'asked for: written')
+  t.same((await store.entriesAfter(SESSION, 0)).map(e => e.seq), [1, 2, 3, 4, 5])
 })

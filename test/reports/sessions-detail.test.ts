@@ -137,7 +137,7 @@ for (const store of STORES) {
       const start = now
       await recorder.opened({ accountId: 'acme', crewId: 'crew-live', sessionId: 'live-1', agentId: 'bot', startTime: start })
       await recorder.opened({ accountId: 'acme', crewId: 'crew-live', sessionId: 'live-1', agentId: 'bot', startTime: start + 5 })
-      await recorder.counted('live-1', { userMessages: 1, assistantMessages: 2, toolCalls: 1 })
+      await recorder.counted('live-1', { userMessages: 1, assistantMessages: 2, toolCalls: 1 }, { from: 0, to: 5 })
       await recorder.transferred('live-1', 'billing-bot')
       now += 90_000
       await recorder.statusChanged('live-1', 'paused')

@@ -220,16 +220,18 @@ t.test("a session's contribution is added once, however often its record is writ
   // flush, the reaper, a restored node), counts and a transfer arriving after the close.
   await recorder.opened({ ...open, sessionId: 'one' })
   await recorder.opened({ ...open, sessionId: 'one', startTime: start + 5 })
-  await recorder.counted('one', { userMessages: 2, assistantMessages: 3, toolCalls: 1 })
+  await recorder.counted('one', { userMessages: 2, assistantMessages: 3, toolCalls: 1 }, { from: 0, to: 9 })
+  // The same counts again (a flush repeated, or a restore counting the journal again): once.
+  await recorder.counted('one', { userMessages: 2, assistantMessages: 3, toolCalls: 1 }, { from: 0, to: 9 })
   await Promise.all([
     recorder.closed('one', { endTime: start + 60_000, status: 'completed', reason: 'hangup' }),
     recorder.closed('one', { endTime: start + 60_000, status: 'completed', reason: 'hangup' }),
     recorder.closed('one', { endTime: start + 90_000, status: 'error', reason: 'late' }),
   ])
-  await recorder.counted('one', { userMessages: 5 })
+  await recorder.counted('one', { userMessages: 5 }, { from: 9, to: 15 })
   await recorder.transferred('one', 'agent-b')
   await recorder.opened({ ...open, sessionId: 'two' })
-  await recorder.counted('two', { userMessages: 1 })
+  await recorder.counted('two', { userMessages: 1 }, { from: 0, to: 2 })
 
   const q = { crewId: 'crew-1', startTs: start - 3_600_000, endTs: start + 3_600_000, page: 0, pageSize: 10, timeZone: 'UTC', groupByTime: 'hour' as const }
   const fromBlocks = await executeReport(sourcesOf(store, true), report, 'acme', q)
@@ -256,7 +258,7 @@ t.test('sessions opening and closing at once (their block updates merged into on
   const statuses: SessionStatus[] = ['completed', 'abandoned', 'error', 'transferred_to_human']
   const sessions = Array.from({ length: 60 }, (_, i) => ({ id: `m${i}`, startTime: start + i * 97_000, agentId: i % 3 ? 'agent-a' : 'agent-b' }))
   await Promise.all(sessions.map(s => recorder.opened({ accountId: 'acme', crewId: 'crew-1', agentId: s.agentId, sessionId: s.id, startTime: s.startTime })))
-  await Promise.all(sessions.map((s, i) => recorder.counted(s.id, { userMessages: i % 5, assistantMessages: i % 4 })))
+  await Promise.all(sessions.map((s, i) => recorder.counted(s.id, { userMessages: i % 5, assistantMessages: i % 4 }, { from: 0, to: 10 })))
   // Two thirds end, all in the same turn, with durations spread over many histogram bins.
   await Promise.all(
     sessions.filter((_, i) => i % 3 !== 2).map((s, i) => recorder.closed(s.id, { endTime: s.startTime + 1_000 * (i + 1) ** 2, status: statuses[i % 4]!, reason: i % 2 ? 'hangup' : 'idle_timeout' })),

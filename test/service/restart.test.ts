@@ -153,11 +153,26 @@ for (const writeThread of ['1', '0']) {
       await resumed.stream.next('crew.status.waiting')
     }
 
-    // Its report record.
+    // Its report record, and its counts exact: what the history holds, none twice, none missing.
+    // (They are written with the session's checkpoints; the restore counts what the journal
+    // holds past the record's own seq.)
     const now = Date.now()
     const report = await call(base, 'GET', `/engine/v1/api/reports/sessions-detail?page=0&pageSize=50&crew_id=demo&start_ts=${now - 3_600_000}&end_ts=${now + 60_000}`)
     t.equal(report.status, 200)
     t.match(JSON.stringify(report.json), sessionId, 'the session record survived')
+    const entries = (await history()).data as { type: string }[]
+    const expected = { userMessages: entries.filter(e => e.type === 'message.user').length, assistantMessages: entries.filter(e => e.type === 'message.assistant').length }
+    t.same(expected, { userMessages: 3, assistantMessages: 3 }, 'three questions, three answers in the history')
+    const row = await until('the counts in the listing', async () => {
+      const listing = await call(base, 'GET', `${ADMIN}s?limit=50`, { headers: USER })
+      const found = listing.json.data?.find((r: { sessionId: string }) => r.sessionId === sessionId)
+      return found && found.userMessages === expected.userMessages && found.assistantMessages === expected.assistantMessages ? found : undefined
+    }, 15_000).catch(async error => {
+      const listing = await call(base, 'GET', `${ADMIN}s?limit=50`, { headers: USER })
+      t.fail(`${(error as Error).message}: ${JSON.stringify(listing.json.data?.find((r: { sessionId: string }) => r.sessionId === sessionId))}`)
+      return undefined
+    })
+    if (row) t.match(row, { messages: 6, userMessages: 3, assistantMessages: 3 }, 'the report record counts what the history holds after a kill mid-conversation')
     await second.terminate()
 
     // A clean stop: the next process numbers on from the exact last id, and a resume sees no gap.

@@ -117,3 +117,17 @@ export async function call(
   }
   return { status: res.status, headers: res.headers, json, text }
 }
+
+/**
+ * Reads `read()` until `until` holds of what it answers, for at most `timeoutMs` (generous: a
+ * loaded 2-core machine is slow, and how fast belongs in bench/, not in a test); answers the last
+ * value read, which the caller then asserts on (so a timeout fails with what was seen).
+ */
+export async function eventually<T>(read: () => Promise<T>, until: (value: T) => boolean, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const value = await read()
+    if (until(value) || Date.now() > deadline) return value
+    await new Promise(resolve => setTimeout(resolve, 50))
+  }
+}
