@@ -2,6 +2,11 @@
 // A key is stored only as its SHA-256 digest (keys are 256-bit random strings, so a fast hash
 // is enough; there is nothing to brute-force), looked up by digest and compared with
 // timingSafeEqual. The key itself is never stored or logged.
+//
+// A key verified lately is found again by its text in a bounded cache held in memory only, so
+// a request does not hash its key: a hash-table lookup compares text only once the hash of the
+// whole presented string matches, so its timing tells nothing about a nearby key. Entries live
+// as long as known-key lookups do (a revocation takes that long).
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
 import type { Gauge } from 'prom-client'
@@ -83,6 +88,8 @@ export const DEFAULT_KEY_CACHE: KeyCacheOptions = { max: 10_000, ttlMs: 10_000, 
 export class KeyRegistry {
   private readonly known: LRUCache<string, Principal> | undefined
   private readonly unknown: LRUCache<string, true> | undefined
+  /** Keys verified lately, by the text presented. */
+  private readonly verifiedKeys: LRUCache<string, Principal> | undefined
 
   constructor(
     private readonly bootstrap: Map<string, Principal>,
@@ -92,7 +99,10 @@ export class KeyRegistry {
   ) {
     // A ttl of 0 turns that cache off (lru-cache would read 0 as "never expires").
     const max = Math.max(1, cache.max)
-    if (cache.ttlMs > 0) this.known = new LRUCache({ max, ttl: cache.ttlMs })
+    if (cache.ttlMs > 0) {
+      this.known = new LRUCache({ max, ttl: cache.ttlMs })
+      this.verifiedKeys = new LRUCache({ max, ttl: cache.ttlMs })
+    }
     if (cache.negativeTtlMs > 0) this.unknown = new LRUCache({ max, ttl: cache.negativeTtlMs })
   }
 
@@ -102,10 +112,22 @@ export class KeyRegistry {
     await this.store.ensureIndexes(KeyRegistry.collection, [{ name: 'digest_unique', key: { digest: 1 }, unique: true }])
   }
 
+  /** The principal of a key verified lately (no digest computed, nothing awaited); undefined: ask authenticate(). */
+  verified(presented: string | undefined): Principal | undefined {
+    return presented ? this.verifiedKeys?.get(presented) : undefined
+  }
+
   /** Resolves a presented key to its principal, or null. */
   async authenticate(presented: string | undefined): Promise<Principal | null> {
     if (!presented) return null
-    const digest = digestOf(presented)
+    const verified = this.verifiedKeys?.get(presented)
+    if (verified) return verified
+    const principal = await this.lookup(presented, digestOf(presented))
+    if (principal) this.verifiedKeys?.set(presented, principal)
+    return principal
+  }
+
+  private async lookup(presented: string, digest: string): Promise<Principal | null> {
     for (const [known, principal] of this.bootstrap) if (sameDigest(known, digest)) return principal
     const cached = this.known?.get(digest)
     if (cached) return cached
