@@ -155,7 +155,8 @@ export class SessionHost {
       fenced: !!options.leases,
       stopping: () => this.stopped,
       maxAttempts: engine.persistMaxFailures,
-      checkpoints: { entries: engine.checkpointEntries, ms: engine.checkpointMs },
+      checkpoints: { entries: engine.checkpointEntries, countsMs: engine.recordFlushMs },
+      windowMs: engine.writeWindowMs,
       ...options.writeBehind,
     })
     this.slots = new CrewSlots(store)

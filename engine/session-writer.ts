@@ -5,10 +5,12 @@
 // What a batch writes per session:
 //   - its new history entries and its control state, in one journal commit (session-store.ts):
 //     a turn's durable cost. A user message is acknowledged once its entry is committed;
-//   - its checkpoint (control and conversation, engine/session-store.ts) and its report record's
-//     counts, only when one is due: every CHECKPOINT_ENTRIES entries or CHECKPOINT_MS after the
-//     first entry it does not cover, or when asked (hibernation, hand-over, stop). A restore
-//     folds the journal's entries after the checkpoint, so what is not in it yet is not lost.
+//   - its checkpoint (control and conversation, engine/session-store.ts), every `entries`
+//     entries or when asked (hibernation, hand-over, stop): a restore folds the journal's
+//     entries after it, so what is not in it yet is not lost, and the fold stays short;
+//   - its report record's counts and last message, `countsMs` after the first entry they do not
+//     cover (or with a checkpoint): the listing lags the conversation by that much at most, and a
+//     session taking many turns a second costs one record write per window, not one per turn.
 // Over NATS, writing stops for good once another node may own the session.
 //
 // A write that keeps failing is not retried forever: a store error is retried with back-off a
@@ -40,11 +42,11 @@ export interface WrittenSession {
 export interface CheckpointPolicy {
   /** Entries after which a checkpoint is due (ENGINE_CHECKPOINT_ENTRIES). */
   entries: number
-  /** Time after the first entry a checkpoint does not cover that one is due (ENGINE_CHECKPOINT_MS). */
-  ms: number
+  /** How long after the first entry the report record does not cover its counts are written (ENGINE_RECORD_FLUSH_MS; 0: with each batch). */
+  countsMs: number
 }
 
-export const DEFAULT_CHECKPOINTS: CheckpointPolicy = { entries: 60, ms: 2_000 }
+export const DEFAULT_CHECKPOINTS: CheckpointPolicy = { entries: 60, countsMs: 5_000 }
 
 export interface WriteBehindOptions {
   store: SessionStore
@@ -62,6 +64,11 @@ export interface WriteBehindOptions {
   maxAttempts?: number
   /** First back-off after a failed write, doubled on each further failure (default 250 ms). */
   retryMs?: number
+  /**
+   * How long a batch waits for more sessions' changes before it is written (ENGINE_WRITE_WINDOW_MS;
+   * 0: the next macrotask). Fewer, larger commits: each costs the store a flush to disk.
+   */
+  windowMs?: number
 }
 
 /** History entries held for a session whose writes fail; beyond this the oldest are dropped (and counted). */
@@ -77,7 +84,7 @@ export class WriteBehind {
   private readonly dirty = new Set<SessionWriter>()
   private running: Promise<void> | null = null
   private readonly unpersisted = new Map<string, string>()
-  /** Sessions with entries no checkpoint covers yet: looked at by the checkpoint clock. */
+  /** Sessions with entries their report record does not count yet: looked at by the counts clock. */
   readonly behind = new Set<SessionWriter>()
   private clock: NodeJS.Timeout | null = null
   readonly batch: number
@@ -97,14 +104,14 @@ export class WriteBehind {
     return new SessionWriter(session, records, this, position)
   }
 
-  /** Takes time-due checkpoints of sessions that went quiet before one was due by count. */
+  /** Writes the report counts that came due in sessions with no batch since. */
   start() {
-    if (this.clock || this.checkpoints.ms <= 0) return
+    if (this.clock || this.checkpoints.countsMs <= 0) return
     this.clock = setInterval(() => {
       const now = this.options.now()
       // A session whose writes were given up on tries again with its next change, not on this clock.
-      for (const writer of this.behind) if (!writer.unpersisted && writer.checkpointDue(now)) writer.schedule()
-    }, Math.max(50, this.checkpoints.ms / 2))
+      for (const writer of this.behind) if (!writer.unpersisted && writer.countsDue(now)) writer.schedule()
+    }, Math.max(50, this.checkpoints.countsMs / 2))
     this.clock.unref()
   }
 
@@ -154,7 +161,8 @@ export class WriteBehind {
   private async run() {
     while (this.dirty.size > 0) {
       // Yield first: the turn that made the change, and every stream write, go before its persistence.
-      await new Promise(resolve => setImmediate(resolve))
+      const windowMs = this.options.windowMs ?? 0
+      await new Promise(resolve => (windowMs > 0 ? setTimeout(resolve, windowMs) : setImmediate(resolve)))
       const writers: SessionWriter[] = []
       for (const writer of this.dirty) {
         this.dirty.delete(writer)
@@ -243,9 +251,10 @@ export class SessionWriter {
   private givenUp = false
   /** The last history seq appended. */
   private lastSeq: number
-  /** The history seq the stored checkpoint covers, and since when entries go past it (0: none do). */
+  /** The history seq the stored checkpoint covers. */
   private checkpointed: number
-  private behindSince = 0
+  /** Since when the report record lags the history (0: it does not). */
+  private countsSince = 0
   /** A checkpoint is asked for regardless of the policy (hibernation, hand-over, stop). */
   private checkpointAsked = false
   private checkpointWriting = false
@@ -267,8 +276,8 @@ export class SessionWriter {
     this.lastSeq = entry.seq
     if (this.pending.length > MAX_PENDING_ENTRIES) this.pending.splice(0, this.pending.length - MAX_PENDING_ENTRIES)
     this.records.note(entry)
-    if (this.behindSince === 0 && entry.seq > this.checkpointed) {
-      this.behindSince = this.owner.options.now()
+    if (this.countsSince === 0 && entry.seq > this.checkpointed) {
+      this.countsSince = this.owner.options.now()
       this.owner.behind.add(this)
     }
     this.schedule()
@@ -283,16 +292,19 @@ export class SessionWriter {
 
   /** A checkpoint is written with the next batch whatever the policy says (hibernation, hand-over, stop). */
   checkpoint() {
-    if (this.checkpointed === this.lastSeq && !this.givenUp) return
+    if (this.checkpointed === this.lastSeq && this.countsSince === 0 && !this.givenUp) return
     this.checkpointAsked = true
     this.schedule()
   }
 
-  /** By the policy: enough entries, or old enough, since the checkpoint. */
-  checkpointDue(now: number): boolean {
-    if (this.checkpointed === this.lastSeq) return false
-    const { entries, ms } = this.owner.checkpoints
-    return this.lastSeq - this.checkpointed >= entries || (ms > 0 && now - this.behindSince >= ms)
+  /** By the policy: enough entries since the checkpoint. */
+  checkpointDue(): boolean {
+    return this.lastSeq - this.checkpointed >= this.owner.checkpoints.entries
+  }
+
+  /** By the policy: the report record has lagged the history long enough. */
+  countsDue(now: number): boolean {
+    return this.countsSince !== 0 && now - this.countsSince >= this.owner.checkpoints.countsMs
   }
 
   /** Forgets what is not written yet (the session is owned elsewhere). */
@@ -342,9 +354,9 @@ export class SessionWriter {
     }
   }
 
-  /** Nothing to write, nothing being written, the checkpoint current: what the session is now is in the store. */
+  /** Nothing to write, nothing being written, checkpoint and record current: what the session is now is in the store. */
   quiet(): boolean {
-    return this.pending.length === 0 && this.taken.length === 0 && this.checkpointed === this.lastSeq && !this.retry && !this.givenUp && this.done >= this.asked
+    return this.pending.length === 0 && this.taken.length === 0 && this.checkpointed === this.lastSeq && this.countsSince === 0 && !this.retry && !this.givenUp && this.done >= this.asked
   }
 
   /** Whether the session's writes were given up on (until a later write succeeds). */
@@ -374,8 +386,9 @@ export class SessionWriter {
   }
 
   /**
-   * @internal writes the checkpoint (and the record's counts) if one is due now; 'busy' when an
-   * earlier batch is still writing one (this change is scheduled again when it is done).
+   * @internal after a journal commit: the record's counts and the checkpoint, each if due now;
+   * 'busy' when an earlier batch is still writing a checkpoint (this change is scheduled again
+   * when it is done).
    */
   async writeCheckpoint(): Promise<'written' | 'skipped' | 'busy'> {
     const { session } = this
@@ -385,22 +398,23 @@ export class SessionWriter {
     }
     // Entries not committed yet (appended since, or taken by a later batch): the next batch covers them.
     if (session.finished() || this.pending.length > 0 || this.taken.length > 0) return 'skipped'
-    if (!this.checkpointAsked && !this.checkpointDue(this.owner.options.now())) return 'skipped'
+    const checkpoint = this.checkpointAsked || this.checkpointDue()
+    if (checkpoint || this.countsDue(this.owner.options.now())) {
+      // What the record counts is committed: up to the last entry.
+      this.records.flushCounts(this.lastSeq)
+      this.countsSince = 0
+      if (this.checkpointed === this.lastSeq) this.owner.behind.delete(this)
+    }
+    if (!checkpoint) return 'skipped'
     const write = encode(() => session.checkpoint())
     if (!write) return 'skipped'
     this.checkpointAsked = false
-    const covered = write.logPosition
     this.checkpointWriting = true
     try {
-      // The record's counts go with the checkpoint, as of the same seq.
-      this.records.flushCounts(covered)
       const written = await this.owner.options.store.writeCheckpoint(session.id, write, session.fence())
       if (this.owner.options.fenced && !written && !session.finished()) session.lost('fenced: another node took the session over')
-      this.checkpointed = Math.max(this.checkpointed, covered)
-      if (this.checkpointed === this.lastSeq) {
-        this.behindSince = 0
-        this.owner.behind.delete(this)
-      }
+      this.checkpointed = Math.max(this.checkpointed, write.logPosition)
+      if (this.checkpointed === this.lastSeq && this.countsSince === 0) this.owner.behind.delete(this)
       return 'written'
     } finally {
       this.checkpointWriting = false

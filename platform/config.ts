@@ -142,12 +142,13 @@ export interface Config {
     hibernateAfterMs: number
     /**
      * A live session's checkpoint (its state as of a history seq, what a restore starts from) is
-     * written after this many history entries (ENGINE_CHECKPOINT_ENTRIES) or this long after the
-     * first entry it does not cover (ENGINE_CHECKPOINT_MS), whichever comes first; its report
-     * record's counts go with it.
+     * written every this many history entries, and when it hibernates, is handed over or stops.
      */
     checkpointEntries: number
-    checkpointMs: number
+    /** How long a live session's report record (counts, last message) may lag its history; 0: written with every batch. */
+    recordFlushMs: number
+    /** How long the sessions' write-behind gathers changes into one commit (0: the next macrotask). */
+    writeWindowMs: number
   }
   /** Overload control (gateway/overload.ts): past these, new work is refused with 503 and Retry-After. */
   overload: {
@@ -315,7 +316,8 @@ export function loadConfig(env: Env = process.env): Config {
       maxConsumerIdsPerSession: int(env, 'ENGINE_MAX_CONSUMER_IDS_PER_SESSION', 64, 1),
       hibernateAfterMs: int(env, 'ENGINE_HIBERNATE_AFTER_MS', 10_000, 0),
       checkpointEntries: int(env, 'ENGINE_CHECKPOINT_ENTRIES', 60, 1),
-      checkpointMs: int(env, 'ENGINE_CHECKPOINT_MS', 2_000, 0),
+      recordFlushMs: int(env, 'ENGINE_RECORD_FLUSH_MS', 5_000, 0),
+      writeWindowMs: int(env, 'ENGINE_WRITE_WINDOW_MS', 0, 0),
     },
     overload: {
       loopDelayMs: int(env, 'OVERLOAD_LOOP_DELAY_MS', 200, 0),

@@ -61,6 +61,8 @@ export interface ServerStats {
   /** The embedded store's write transactions: how long each held the loop (switchboard only). */
   storeWriteHoldMs?: { count: number; p50: number; p99: number; max: number; waits: { count: number; p50: number; p99: number; max: number } }
   cpuMs: number
+  /** The same CPU by thread (main: the event loop; Linux only). */
+  threadCpuMs: Record<string, number>
   loopUtilization: number
   gc: { major: number; minor: number; majorMs: number; minorMs: number; maxMs: number }
   rss: number
@@ -278,6 +280,9 @@ export interface RateResult {
   loopUtilization: number
   storeWriteHoldMs?: ServerStats['storeWriteHoldMs']
   cpuMsPerMessage: number
+  /** cpuMsPerMessage split: the event loop's thread, and the others (the store's commits, GC helpers, ...) by name. */
+  cpuMsPerMessageMain: number
+  cpuMsPerMessageThreads: Record<string, number>
   gc: ServerStats['gc']
   oldSpaceGrowthMBps: number
 }
@@ -403,6 +408,8 @@ export async function measureRate(server: Server, load: Load, rate: number, seco
     loopUtilization: after.loopUtilization,
     ...(after.storeWriteHoldMs ? { storeWriteHoldMs: after.storeWriteHoldMs } : {}),
     cpuMsPerMessage: after.cpuMs / Math.max(1, completed),
+    cpuMsPerMessageMain: (after.threadCpuMs.main ?? 0) / Math.max(1, completed),
+    cpuMsPerMessageThreads: Object.fromEntries(Object.entries(after.threadCpuMs).filter(([name]) => name !== 'main').map(([name, ms]) => [name, ms / Math.max(1, completed)])),
     gc: after.gc,
     // Old space over the window (majors in it pull it down: this is the net growth).
     oldSpaceGrowthMBps: (after.oldSpace - before.oldSpace) / 1e6 / seconds,
@@ -433,7 +440,7 @@ async function runTarget(target: string, run: number): Promise<TargetRun> {
         `   ${target} run ${run} @${rate}/s: p50 ${r.rttMs.p50.toFixed(2)} p90 ${r.rttMs.p90.toFixed(2)} p99 ${r.rttMs.p99.toFixed(2)} max ${r.rttMs.max.toFixed(1)} ms (PUT → 201 p50 ${r.ackMs.p50.toFixed(1)} p99 ${r.ackMs.p99.toFixed(1)}); ` +
           `loop delay p99 ${r.loopDelayMs.p99.toFixed(1)} max ${r.loopDelayMs.max.toFixed(1)} ms, busy ${(100 * r.loopUtilization).toFixed(0)} %; ` +
           (r.storeWriteHoldMs ? `store write holds ${r.storeWriteHoldMs.count} p99 ${r.storeWriteHoldMs.p99} max ${r.storeWriteHoldMs.max} ms (waits p99 ${r.storeWriteHoldMs.waits.p99} max ${r.storeWriteHoldMs.waits.max}); ` : '') +
-          `cpu/msg ${r.cpuMsPerMessage.toFixed(3)} ms; lost ${r.lost}; err ${r.errors}; gc young ${(r.sent ? (1000 * r.gc.minorMs) / r.sent : 0).toFixed(0)} µs/msg, major ${r.gc.major} (max ${r.gc.maxMs.toFixed(1)} ms); old space ${r.oldSpaceGrowthMBps.toFixed(2)} MB/s`,
+          `cpu/msg ${r.cpuMsPerMessage.toFixed(3)} ms (main ${r.cpuMsPerMessageMain.toFixed(3)}; ${Object.entries(r.cpuMsPerMessageThreads).sort((a, b) => b[1] - a[1]).slice(0, 3).map(([name, ms]) => `${name} ${ms.toFixed(3)}`).join(', ')}); lost ${r.lost}; err ${r.errors}; gc young ${(r.sent ? (1000 * r.gc.minorMs) / r.sent : 0).toFixed(0)} µs/msg, major ${r.gc.major} (max ${r.gc.maxMs.toFixed(1)} ms); old space ${r.oldSpaceGrowthMBps.toFixed(2)} MB/s`,
       )
     }
     load.close()
@@ -509,6 +516,8 @@ if (import.meta.url === `file://${process.argv[1]}`) {
           storeWriteHoldMax: at[0]?.storeWriteHoldMs ? m(r => r.storeWriteHoldMs!.max) : null,
           storeWriteHoldMaxRuns: at.map(r => r.storeWriteHoldMs?.max ?? null),
           cpuMsPerMessage: m(r => r.cpuMsPerMessage),
+          cpuMsPerMessageMain: m(r => r.cpuMsPerMessageMain),
+          cpuMsPerMessageOtherThreads: m(r => r.cpuMsPerMessage - r.cpuMsPerMessageMain),
           oldSpaceGrowthMBps: m(r => r.oldSpaceGrowthMBps),
           lost: at.reduce((n, r) => n + r.lost, 0),
           errors: at.reduce((n, r) => n + r.errors, 0),

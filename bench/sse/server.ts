@@ -7,6 +7,7 @@
 // Every mode answers the parent's probes over IPC: event-loop delay (perf_hooks), CPU time of this
 // process, memory and old-space size, GC pauses by kind.
 import { randomUUID } from 'node:crypto'
+import { readdirSync, readFileSync } from 'node:fs'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { getHeapSpaceStatistics } from 'node:v8'
@@ -29,12 +30,37 @@ const gc = new GcTally()
 
 const oldSpace = () => getHeapSpaceStatistics().find(s => s.space_name === 'old_space')?.space_used_size ?? 0
 
+/**
+ * CPU ms of this process's threads, from Linux's /proc (utime + stime, in clock ticks of 10 ms):
+ * the main thread (the event loop) and every other thread (lmdb-js's write thread, the store's
+ * write thread, V8's GC helpers, libuv's pool), by name. Empty elsewhere.
+ */
+function threadCpu(): Record<string, number> {
+  const out: Record<string, number> = {}
+  try {
+    for (const tid of readdirSync('/proc/self/task')) {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8')
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      const ms = (Number(fields[11]) + Number(fields[12])) * 10
+      const name = Number(tid) === process.pid ? 'main' : `${readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim()}#${tid}`
+      out[name] = (out[name] ?? 0) + ms
+    }
+  } catch {
+    // not Linux
+  }
+  return out
+}
+let threadMark = threadCpu()
+const threadsSince = (mark: Record<string, number>) => Object.fromEntries(Object.entries(threadCpu()).map(([name, ms]) => [name, ms - (mark[name] ?? 0)]).filter(([, ms]) => (ms as number) > 0))
+
 function stats() {
   const cpu = process.cpuUsage(cpuMark)
   const m = process.memoryUsage()
   return {
     loopDelayMs: { p50: loopDelay.percentile(50) / 1e6, p99: loopDelay.percentile(99) / 1e6, max: loopDelay.max / 1e6, mean: loopDelay.mean / 1e6 },
     cpuMs: (cpu.user + cpu.system) / 1000,
+    /** The same CPU by thread (main: the event loop). */
+    threadCpuMs: threadsSince(threadMark),
     /** Share of the window the event loop was busy (not waiting for I/O). */
     loopUtilization: performance.eventLoopUtilization(eluMark).utilization,
     gc: gc.read(),
@@ -48,6 +74,7 @@ function resetStats() {
   loopDelay.reset()
   resetExtra()
   cpuMark = process.cpuUsage()
+  threadMark = threadCpu()
   eluMark = performance.eventLoopUtilization()
   gc.reset()
 }
@@ -87,12 +114,16 @@ async function startSwitchboard(): Promise<number> {
   return service.port
 }
 
-/** The channel's replies, computed as the scripted crew does ("You said: <text>", word by word). */
+/**
+ * The channel's replies, computed as the scripted crew does ("You said: <text>"). Its words come
+ * at once, so the channel writes them as one assistant.response (engine/generation.ts): so does
+ * this server, so both send the same frames.
+ */
 function replyFrames(sessionId: string, turnId: number, message: string) {
   const text = `You said: ${message}`
   const messageId = `t${turnId}.0`
   const frames: [string, unknown][] = [['crew.status.writing', { sessionId, agentId: 'general', turnId }]]
-  for (const [index, delta] of (text.match(/\S+\s*/g) ?? []).entries()) frames.push(['assistant.response', { sessionId, messageId, turnId, index, delta }])
+  frames.push(['assistant.response', { messageId, turnId, index: 0, delta: text }])
   frames.push(['assistant.message', { sessionId, messageId, turnId, agentId: 'general', text, at: Date.now() }])
   frames.push(['crew.status.waiting', { sessionId, agentId: 'general' }])
   return frames

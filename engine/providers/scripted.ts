@@ -64,13 +64,16 @@ export class ScriptedProvider implements AssistantProvider {
       }
       reply = matched ?? render(config.fallback ?? 'You said: {{text}}', { ...vars, text })
     }
+    // Without a delay the words would all come in one write window anyway: one chunk.
+    if (!config.chunkDelayMs) {
+      yield { type: 'text', delta: reply }
+      return
+    }
     const cancelled = () => request.cancelled ?? request.signal.aborted
     for (const word of reply.match(WORDS) ?? [reply]) {
       if (cancelled()) return
-      if (config.chunkDelayMs) {
-        await sleep(config.chunkDelayMs, undefined, { signal: request.signal }).catch(() => {})
-        if (cancelled()) return
-      }
+      await sleep(config.chunkDelayMs, undefined, { signal: request.signal }).catch(() => {})
+      if (cancelled()) return
       yield { type: 'text', delta: word }
     }
   }

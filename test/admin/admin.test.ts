@@ -204,7 +204,7 @@ t.test('pause and resume: nothing while paused, kept messages answered after res
   t.equal((await stream.next()).event, 'crew.status.writing')
   t.equal((await stream.next('assistant.message')).data.text, 'You said: is anyone there?')
   t.same((await history()).data.filter((e: any) => e.userId).map((e: any) => e.type), ['session.paused', 'session.resumed'])
-  // The counts are written with the session's next checkpoint (ENGINE_CHECKPOINT_MS).
+  // The counts are written within ENGINE_RECORD_FLUSH_MS.
   record = await eventually(() => service.platform.store.collection('session_records').findOne({ _id: sessionId }), r => r?.assistant_messages === 1)
   t.match(record, { status: 'active', user_messages: 1, assistant_messages: 1 })
 })

@@ -103,9 +103,9 @@ t.test('an assistant that fails: assistant_error at once, no_reply after the cre
       },
     ],
   })
-  // The listing's message times come with the session's checkpoint (ENGINE_CHECKPOINT_MS, 2 s by
+  // The listing's message times come within ENGINE_RECORD_FLUSH_MS (5 s by
   // default): sooner here, so the second before no_reply is due can be seen.
-  const svc = await startTestService(t, { env: { CREWS_FILE: crews, ENGINE_CHECKPOINT_MS: '100' } })
+  const svc = await startTestService(t, { env: { CREWS_FILE: crews, ENGINE_RECORD_FLUSH_MS: '100' } })
   const opened = await openSse(svc.base, 'GET', `${SESSIONS}/feed`, { headers: SUPERVISOR })
   const feed = opened.stream!
   t.teardown(() => feed.close())

@@ -74,7 +74,7 @@ async function answeredOnAnotherNode(t: { teardown(fn: () => unknown): void }, s
 
 t.test('a turn is one journal write (its entries and the control state); the checkpoint follows every few entries', async t => {
   const store = new MemoryStore()
-  const { a, c } = await nodeWithSession(store, {}, undefined, { ENGINE_CHECKPOINT_ENTRIES: '6', ENGINE_CHECKPOINT_MS: '0' })
+  const { a, c } = await nodeWithSession(store, {}, undefined, { ENGINE_CHECKPOINT_ENTRIES: '6' })
   t.teardown(() => a.stop())
   const journal = store.orderedLog<any>('engine_session_journal')
   const doc = () => store.collection('engine_sessions').findOne({ _id: SESSION })

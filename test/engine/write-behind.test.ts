@@ -200,7 +200,7 @@ t.test('a message waits for its own history entry: a failed checkpoint of an ear
   const checkpointFailed = new Promise<never>((_, reject) => (failCheckpoint = reject))
   const secondInsert = holdInsert(store, 2)
   store.writeCheckpoint = async () => checkpointFailed
-  const writeBehind = new WriteBehind({ store, logger, metrics: createMetrics(), now: Date.now, fenced: false, stopping: () => false, maxAttempts: 5, retryMs: 10_000, checkpoints: { entries: 1, ms: 0 } })
+  const writeBehind = new WriteBehind({ store, logger, metrics: createMetrics(), now: Date.now, fenced: false, stopping: () => false, maxAttempts: 5, retryMs: 10_000, checkpoints: { entries: 1, countsMs: 0 } })
   const state = { value: '{}', seq: 0 }
   const records = { note: () => {}, flushCounts: () => {}, written: async () => {} } as any
   const writer = writeBehind.writer(writtenSession(SESSION, state), records, 0)
@@ -242,7 +242,7 @@ t.test('a history read waits for the entries asked for: an earlier batch`s check
     return true
   }
   const secondInsert = holdInsert(store, 2)
-  const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), now: Date.now, fenced: false, stopping: () => false, checkpoints: { entries: 1, ms: 0 } })
+  const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), now: Date.now, fenced: false, stopping: () => false, checkpoints: { entries: 1, countsMs: 0 } })
   const state = { value: '{}', seq: 1 }
   const records = { note: () => {}, flushCounts: () => {}, written: async () => {} } as any
   const writer = writeBehind.writer(writtenSession(SESSION, state), records, 0)
@@ -275,7 +275,7 @@ t.test('checkpoints follow the policy: not again for what the opening covers, th
     written.push(write.checkpoint)
     return true
   }
-  const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), now: Date.now, fenced: false, stopping: () => false, checkpoints: { entries: 3, ms: 0 } })
+  const writeBehind = new WriteBehind({ store, logger: createLogger('silent'), metrics: createMetrics(), now: Date.now, fenced: false, stopping: () => false, checkpoints: { entries: 3, countsMs: 60_000 } })
   const counted: number[] = []
   const records = { note: () => {}, flushCounts: (upTo: number) => void counted.push(upTo), written: async () => {} } as any
 
