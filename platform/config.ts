@@ -16,7 +16,7 @@ export interface Config {
   role: ProcessRole
   port: number
   host: string
-  /** Public root for absolute URLs (signed upload URLs); unset: taken from the request's Host. */
+  /** Public root for absolute URLs (signed upload URLs); unset: the listener's own origin (listenerOrigin). */
   publicBaseUrl?: string
   mongoUrl?: string
   /** Idempotency records may live in a separate MongoDB; defaults to mongoUrl. */
@@ -157,6 +157,15 @@ export interface Config {
 
 export class ConfigError extends Error {
   override name = 'ConfigError'
+}
+
+/**
+ * http://host:port of a listener, from where it listens (never from a request's headers, which
+ * the client writes). A wildcard address names no host a client can use: loopback stands in.
+ */
+export function listenerOrigin(host: string, port: number): string {
+  const named = host === '0.0.0.0' || host === '::' || host === '' ? '127.0.0.1' : host
+  return `http://${named.includes(':') ? `[${named}]` : named}:${port}`
 }
 
 type Env = Record<string, string | undefined>
