@@ -274,7 +274,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       path: `${V1}/attempts/:attemptId/outcome`,
       role: null,
       tag: TAG,
-      summary: 'Webhook provider callback: the outcome of an attempt (no apikey; HMAC-signed like the attempt POST)',
+      summary: 'Webhook provider callback: the outcome of an attempt (no apikey; HMAC-signed over switchboard.callback.v1.<timestamp>.<attemptId>.<body>)',
       requestSchema: 'dialer.attempt.outcome',
       requiredHeaders: ['X-Switchboard-Signature', 'X-Switchboard-Timestamp'],
       responses: {

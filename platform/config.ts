@@ -278,7 +278,7 @@ export function loadConfig(env: Env = process.env): Config {
       providers: dialerProviders(env),
       webhook: {
         url: url(env, 'DIALER_WEBHOOK_URL', ['http', 'https']),
-        secret: env.DIALER_WEBHOOK_SECRET ?? '',
+        secret: webhookSecret(env),
         callbackBaseUrl: url(env, 'DIALER_WEBHOOK_CALLBACK_URL', ['http', 'https'])?.replace(/\/$/, ''),
         timeoutMs: int(env, 'DIALER_WEBHOOK_TIMEOUT_MS', 5000, 10),
         maxTries: int(env, 'DIALER_WEBHOOK_MAX_TRIES', 5, 1),
@@ -357,6 +357,22 @@ function dialerProviders(env: Env): Config['dialer']['providers'] {
     throw new ConfigError('DIALER_PROVIDERS uses webhook: DIALER_WEBHOOK_URL and DIALER_WEBHOOK_SECRET must be set')
   }
   return providers
+}
+
+const MIN_WEBHOOK_SECRET_BYTES = 32
+
+/**
+ * DIALER_WEBHOOK_SECRET: unset (no webhook; callbacks are refused) or at least 32 bytes. It is
+ * the HMAC key of attempts and of the callbacks that set outcomes: a short one can be guessed
+ * offline from a single captured request.
+ */
+function webhookSecret(env: Env): string {
+  const secret = env.DIALER_WEBHOOK_SECRET ?? ''
+  const bytes = Buffer.byteLength(secret, 'utf8')
+  if (secret !== '' && bytes < MIN_WEBHOOK_SECRET_BYTES) {
+    throw new ConfigError(`DIALER_WEBHOOK_SECRET must be at least ${MIN_WEBHOOK_SECRET_BYTES} bytes (got ${bytes}); generate one with: openssl rand -hex 32`)
+  }
+  return secret
 }
 
 function randomSecret(): string {

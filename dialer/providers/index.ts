@@ -14,7 +14,7 @@ import { WebhookProvider, type WebhookReportDoc } from './webhook.js'
 export type { AttemptRequest, AttemptResult, Provider } from './types.js'
 export { SimulatedProvider, parseOutcomeMix, seededRandom } from './simulated.js'
 export { AssistantProvider, DEFAULT_OUTBOUND_TEXT, outcomeOfClose } from './assistant.js'
-export { WebhookOutcomes, WebhookProvider, WEBHOOK_REPORTS, checkSignature, signWebhook, type WebhookReportDoc } from './webhook.js'
+export { WebhookOutcomes, WebhookProvider, WEBHOOK_LABELS, WEBHOOK_REPORTS, checkSignature, signWebhook, type WebhookDirection, type WebhookReportDoc } from './webhook.js'
 
 export const PROVIDER_NAMES = ['simulated', 'webhook', 'assistant'] as const
 export type ProviderName = (typeof PROVIDER_NAMES)[number]
