@@ -140,6 +140,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
     },
   })
   const port = await gateway.listen(config.port, config.host)
+  dialer.listening(port)
   const metricsListener = config.edge.metricsPort === null ? undefined : new MetricsListener(uws, metrics, health, logger)
   let metricsPort: number | undefined
   try {

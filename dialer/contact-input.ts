@@ -33,10 +33,16 @@ export function toDetails(issues: ValidationIssue[]): ContactDetail[] {
   return issues.map(issue => ({ index: indexOf(issue.field), ...issue, error: issue.reason }))
 }
 
-/** scheduledAt: future, UTC, within 30 days (format is checked by the schema). */
-function scheduleIssues(contacts: ContactInput[], now: number): ValidationIssue[] {
+/**
+ * scheduledAt: future, UTC, within 30 days (format is checked by the schema). Runs on bodies
+ * the schema may have refused, so an item can be anything JSON holds (null included): such an
+ * item has its schema issue already and is skipped here.
+ */
+function scheduleIssues(contacts: unknown[], now: number): ValidationIssue[] {
   const issues: ValidationIssue[] = []
-  contacts.forEach((contact, i) => {
+  contacts.forEach((item, i) => {
+    if (item === null || typeof item !== 'object') return
+    const contact = item as { scheduledAt?: unknown }
     if (typeof contact.scheduledAt !== 'string') return
     const at = Date.parse(contact.scheduledAt)
     if (Number.isNaN(at)) return
@@ -86,14 +92,14 @@ export function parseContactsBody(body: unknown, now: number): ContactInput[] {
     }
   }
   const issues = multi ? schemas.validate('dialer.contacts.insert', body) : schemas.validate('dialer.contact', body, 'contacts[0]')
-  const contacts = (multi ? (body as { contacts: ContactInput[] }).contacts : [body as ContactInput])
+  const contacts: unknown = multi ? (body as { contacts: unknown }).contacts : [body]
   if (Array.isArray(contacts)) {
     // Time rules only for values whose format is already valid.
     const flagged = new Set(issues.map(i => i.field))
     issues.push(...scheduleIssues(contacts, now).filter(i => !flagged.has(i.field)))
   }
   if (issues.length > 0) throw validationFailed(issues)
-  return contacts
+  return contacts as ContactInput[]
 }
 
 /** The contacts of a body parseContactsBody has already accepted (a single root contact is one). */
@@ -104,6 +110,6 @@ export function contactsOf(body: unknown): ContactInput[] {
 /** Per-row validation for CSV imports: returns the problems of one contact. */
 export function contactIssues(contact: unknown, now: number): ValidationIssue[] {
   const issues = schemas.validate('dialer.contact', contact, 'contacts[0]')
-  if (issues.length === 0) issues.push(...scheduleIssues([contact as ContactInput], now))
+  if (issues.length === 0) issues.push(...scheduleIssues([contact], now))
   return issues
 }

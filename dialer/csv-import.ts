@@ -17,6 +17,7 @@ import type { Batches, BatchDoc } from './batches.js'
 import type { OperationError, Operations } from './operations.js'
 import type { ContactLoads, QueuedContact } from './loads.js'
 import { queuedContacts } from './load-chunks.js'
+import { listenerOrigin } from '../platform/config.js'
 import type { QueueWorker } from './queue-workers.js'
 
 export const IMPORT_QUEUE = 'dialer.csv.imports'
@@ -98,6 +99,8 @@ export class CsvImports {
   private readonly rowErrors: Collection<ImportErrorDoc>
   readonly queue: WorkQueue<ImportMessage>
   readonly worker: QueueWorker<ImportMessage>
+  /** Where this process's listener answers (the configured port until `listening` says which). */
+  private listener: string
 
   constructor(
     private readonly platform: Platform,
@@ -110,13 +113,19 @@ export class CsvImports {
     this.rowErrors = platform.store.collection<ImportErrorDoc>(COLLECTIONS.importErrors)
     this.queue = platform.bus.queue<ImportMessage>(IMPORT_QUEUE)
     this.worker = { queue: this.queue, handle: d => this.run(d), options: { concurrency: 1, maxDeliveries: 3 } }
+    this.listener = listenerOrigin(platform.config.host, platform.config.port)
+  }
+
+  /** The port the gateway is bound to (PORT=0 picks one when it listens). */
+  listening(port: number) {
+    this.listener = listenerOrigin(this.platform.config.host, port)
   }
 
   private sign(key: string, expires: number) {
     return createHmac('sha256', this.platform.config.dialer.uploadSigningSecret).update(`${key}.${expires}`).digest('base64url')
   }
 
-  async createUploadUrl(principal: Principal, fileName: string, host: string | undefined) {
+  async createUploadUrl(principal: Principal, fileName: string) {
     const now = this.platform.clock.now()
     // Files an account holds that no batch has taken yet: unexpired URLs and uploaded files.
     const limit = this.platform.config.dialer.maxOpenUploadsPerAccount
@@ -144,7 +153,9 @@ export class CsvImports {
       urlExpiresAt: new Date(urlExpiresAt),
       expiresAt: new Date(now + UPLOAD_RETENTION_MS),
     })
-    const root = this.platform.config.publicBaseUrl ?? `http://${host ?? 'localhost'}`
+    // Never the request's Host (or X-Forwarded-Host): the client writes those, and whoever can
+    // make a victim's request carry one would receive the CSV the victim uploads.
+    const root = this.platform.config.publicBaseUrl ?? this.listener
     const uploadUrl = `${root}/dialer/v1/uploads/${tempCsvKey}?expires=${expires}&signature=${this.sign(tempCsvKey, expires)}`
     return { uploadUrl, tempCsvKey, method: 'PUT', headers: { 'Content-Type': 'text/csv' }, expiresAt: new Date(expires * 1000).toISOString() }
   }

@@ -31,7 +31,12 @@ export interface DialerOptions {
   sessionTransport?: () => SessionTransport | undefined
 }
 
-export function createDialer(platform: Platform, options: DialerOptions): ServiceModule {
+export interface DialerModule extends ServiceModule {
+  /** Told the port the gateway listens on, for the absolute URLs it hands out. */
+  listening(port: number): void
+}
+
+export function createDialer(platform: Platform, options: DialerOptions): DialerModule {
   let uploadSweep: NodeJS.Timeout | undefined
   const { store, clock } = platform
   const batches = new Batches(store, clock)
@@ -71,6 +76,9 @@ export function createDialer(platform: Platform, options: DialerOptions): Servic
         }, platform.config.dialer.uploadSweepMs)
         uploadSweep.unref()
       }
+    },
+    listening(port) {
+      imports.listening(port)
     },
     async stop() {
       if (uploadSweep) clearInterval(uploadSweep)

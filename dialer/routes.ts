@@ -156,7 +156,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       responses: { '201': { description: 'uploadUrl, tempCsvKey, expiresAt', schema: 'dialer.upload-url' }, '429': { description: 'UPLOAD_LIMIT_EXCEEDED' } },
       handle: async ctx => {
         const input = body<{ fileName: string }>(ctx, 'dialer.upload-url.create')
-        return { status: 201, body: await s.imports.createUploadUrl(ctx.principal, input.fileName, ctx.headers.host) }
+        return { status: 201, body: await s.imports.createUploadUrl(ctx.principal, input.fileName) }
       },
     }),
     {
@@ -274,7 +274,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       path: `${V1}/attempts/:attemptId/outcome`,
       role: null,
       tag: TAG,
-      summary: 'Webhook provider callback: the outcome of an attempt (no apikey; HMAC-signed like the attempt POST)',
+      summary: 'Webhook provider callback: the outcome of an attempt (no apikey; HMAC-signed over switchboard.callback.v1.<timestamp>.<attemptId>.<body>)',
       requestSchema: 'dialer.attempt.outcome',
       requiredHeaders: ['X-Switchboard-Signature', 'X-Switchboard-Timestamp'],
       responses: {

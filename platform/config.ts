@@ -16,7 +16,7 @@ export interface Config {
   role: ProcessRole
   port: number
   host: string
-  /** Public root for absolute URLs (signed upload URLs); unset: taken from the request's Host. */
+  /** Public root for absolute URLs (signed upload URLs); unset: the listener's own origin (listenerOrigin). */
   publicBaseUrl?: string
   mongoUrl?: string
   /** Idempotency records may live in a separate MongoDB; defaults to mongoUrl. */
@@ -168,6 +168,15 @@ export class ConfigError extends Error {
   override name = 'ConfigError'
 }
 
+/**
+ * http://host:port of a listener, from where it listens (never from a request's headers, which
+ * the client writes). A wildcard address names no host a client can use: loopback stands in.
+ */
+export function listenerOrigin(host: string, port: number): string {
+  const named = host === '0.0.0.0' || host === '::' || host === '' ? '127.0.0.1' : host
+  return `http://${named.includes(':') ? `[${named}]` : named}:${port}`
+}
+
 type Env = Record<string, string | undefined>
 
 function int(env: Env, name: string, fallback: number, min = 0): number {
@@ -278,7 +287,7 @@ export function loadConfig(env: Env = process.env): Config {
       providers: dialerProviders(env),
       webhook: {
         url: url(env, 'DIALER_WEBHOOK_URL', ['http', 'https']),
-        secret: env.DIALER_WEBHOOK_SECRET ?? '',
+        secret: webhookSecret(env),
         callbackBaseUrl: url(env, 'DIALER_WEBHOOK_CALLBACK_URL', ['http', 'https'])?.replace(/\/$/, ''),
         timeoutMs: int(env, 'DIALER_WEBHOOK_TIMEOUT_MS', 5000, 10),
         maxTries: int(env, 'DIALER_WEBHOOK_MAX_TRIES', 5, 1),
@@ -360,6 +369,22 @@ function dialerProviders(env: Env): Config['dialer']['providers'] {
     throw new ConfigError('DIALER_PROVIDERS uses webhook: DIALER_WEBHOOK_URL and DIALER_WEBHOOK_SECRET must be set')
   }
   return providers
+}
+
+const MIN_WEBHOOK_SECRET_BYTES = 32
+
+/**
+ * DIALER_WEBHOOK_SECRET: unset (no webhook; callbacks are refused) or at least 32 bytes. It is
+ * the HMAC key of attempts and of the callbacks that set outcomes: a short one can be guessed
+ * offline from a single captured request.
+ */
+function webhookSecret(env: Env): string {
+  const secret = env.DIALER_WEBHOOK_SECRET ?? ''
+  const bytes = Buffer.byteLength(secret, 'utf8')
+  if (secret !== '' && bytes < MIN_WEBHOOK_SECRET_BYTES) {
+    throw new ConfigError(`DIALER_WEBHOOK_SECRET must be at least ${MIN_WEBHOOK_SECRET_BYTES} bytes (got ${bytes}); generate one with: openssl rand -hex 32`)
+  }
+  return secret
 }
 
 function randomSecret(): string {

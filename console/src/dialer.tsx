@@ -173,7 +173,9 @@ function CsvImport({ auth, onCreated }: { auth: Auth; onCreated: (batchId: strin
     if (url.status !== 201) return setState(`upload URL refused (${url.status}): ${url.body?.message ?? ''}`)
     const put = await new Promise<number>(resolve => {
       const xhr = new XMLHttpRequest()
-      xhr.open('PUT', url.body.uploadUrl)
+      // The signed path and query on this page's own origin: the URL's origin (PUBLIC_BASE_URL, or
+      // the listener's address) need not be the one the console was loaded from.
+      xhr.open('PUT', `${DIALER}/uploads/${url.body.tempCsvKey}${new URL(url.body.uploadUrl).search}`)
       xhr.setRequestHeader('Content-Type', 'text/csv')
       xhr.upload.onprogress = p => p.lengthComputable && setUploaded(Math.round((100 * p.loaded) / p.total))
       xhr.onload = () => resolve(xhr.status)

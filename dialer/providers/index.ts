@@ -3,7 +3,7 @@
 //   simulated: configurable outcome mix and latency (demos, benchmarks)
 //   webhook:   HMAC-signed POST per attempt, outcome on a signed callback (webhook.ts)
 //   assistant: an outbound assistant session per phone/whatsapp attempt (assistant.ts)
-import type { Config } from '../../platform/config.js'
+import { type Config, listenerOrigin } from '../../platform/config.js'
 import type { Collection } from '../../platform/store/index.js'
 import type { SessionTransport } from '../../engine/transport.js'
 import { AssistantProvider, type AssistantRules } from './assistant.js'
@@ -14,7 +14,7 @@ import { WebhookProvider, type WebhookReportDoc } from './webhook.js'
 export type { AttemptRequest, AttemptResult, Provider } from './types.js'
 export { SimulatedProvider, parseOutcomeMix, seededRandom } from './simulated.js'
 export { AssistantProvider, DEFAULT_OUTBOUND_TEXT, outcomeOfClose } from './assistant.js'
-export { WebhookOutcomes, WebhookProvider, WEBHOOK_REPORTS, checkSignature, signWebhook, type WebhookReportDoc } from './webhook.js'
+export { WebhookOutcomes, WebhookProvider, WEBHOOK_LABELS, WEBHOOK_REPORTS, checkSignature, signWebhook, type WebhookDirection, type WebhookReportDoc } from './webhook.js'
 
 export const PROVIDER_NAMES = ['simulated', 'webhook', 'assistant'] as const
 export type ProviderName = (typeof PROVIDER_NAMES)[number]
@@ -38,8 +38,7 @@ export interface ProviderDeps {
 
 /** The webhook callbacks' root: DIALER_WEBHOOK_CALLBACK_URL, else PUBLIC_BASE_URL, else this process. */
 export function callbackBaseUrl(config: Config): string {
-  const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host
-  return config.dialer.webhook.callbackBaseUrl ?? config.publicBaseUrl ?? `http://${host}:${config.port}`
+  return config.dialer.webhook.callbackBaseUrl ?? config.publicBaseUrl ?? listenerOrigin(config.host, config.port)
 }
 
 export function createProviders(config: Config, deps: ProviderDeps = {}): ProviderRegistry {

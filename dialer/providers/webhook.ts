@@ -1,9 +1,11 @@
 // The webhook provider: each attempt is POSTed to DIALER_WEBHOOK_URL as JSON, signed with
-// HMAC-SHA256 (X-Switchboard-Signature: sha256=<hex> over "<timestamp>.<attempt id>.<raw body>",
-// the timestamp in X-Switchboard-Timestamp, Unix seconds), retried with exponential backoff on network
-// errors, timeouts, 429 and 5xx (DIALER_WEBHOOK_MAX_TRIES in all); any other answer, or running
-// out of tries, ends the attempt as `failed`. A 2xx means "accepted": the outcome comes back later
-// on POST /dialer/v1/attempts/{attemptId}/outcome, signed the same way with the same secret.
+// HMAC-SHA256 (X-Switchboard-Signature: sha256=<hex> over
+// "switchboard.attempt.v1.<timestamp>.<attempt id>.<raw body>", the timestamp in
+// X-Switchboard-Timestamp, Unix seconds), retried with exponential backoff on network errors,
+// timeouts, 429 and 5xx (DIALER_WEBHOOK_MAX_TRIES in all); any other answer, or running out of
+// tries, ends the attempt as `failed`. A 2xx means "accepted": the outcome comes back later on
+// POST /dialer/v1/attempts/{attemptId}/outcome, signed with the same secret over
+// "switchboard.callback.v1.<timestamp>.<attempt id>.<raw body>".
 // The report is stored first (`dialer_webhook_reports`, keyed by attempt id: a second report is
 // refused atomically, whichever process receives it) and then handed to the waiting attempt
 // in-process; an attempt waiting in another process finds it by polling the store.
@@ -43,22 +45,30 @@ export interface WebhookOptions {
 }
 
 /**
- * "sha256=<hex>" of HMAC-SHA256(secret, "<timestamp>.<attempt id>.<body>"). The attempt id is
- * signed so a report cannot be replayed onto another attempt (each attempt id belongs to one
- * account, so not onto another account either).
+ * What a signature is for, first in the signed string: one secret signs both directions, and
+ * without the label a captured attempt POST (signed for that attempt id, fresh) would pass as
+ * that attempt's callback.
  */
-export function signWebhook(secret: string, timestamp: string, attemptId: string, body: string | Buffer): string {
-  return `sha256=${createHmac('sha256', secret).update(`${timestamp}.${attemptId}.`).update(body).digest('hex')}`
+export const WEBHOOK_LABELS = { attempt: 'switchboard.attempt.v1', callback: 'switchboard.callback.v1' } as const
+export type WebhookDirection = keyof typeof WEBHOOK_LABELS
+
+/**
+ * "sha256=<hex>" of HMAC-SHA256(secret, "<label>.<timestamp>.<attempt id>.<body>"). The attempt
+ * id is signed so a report cannot be replayed onto another attempt (each attempt id belongs to
+ * one account, so not onto another account either).
+ */
+export function signWebhook(secret: string, direction: WebhookDirection, timestamp: string, attemptId: string, body: string | Buffer): string {
+  return `sha256=${createHmac('sha256', secret).update(`${WEBHOOK_LABELS[direction]}.${timestamp}.${attemptId}.`).update(body).digest('hex')}`
 }
 
-/** null when the signature and timestamp are good, else why not. */
+/** null when the callback's signature and timestamp are good, else why not. */
 export function checkSignature(secret: string, headers: Record<string, string | undefined>, attemptId: string, body: Buffer, now: number): string | null {
   const signature = headers['x-switchboard-signature']
   const timestamp = headers['x-switchboard-timestamp']
   if (!signature || !timestamp) return 'X-Switchboard-Signature and X-Switchboard-Timestamp are required'
   if (!/^\d{1,12}$/.test(timestamp)) return 'X-Switchboard-Timestamp must be Unix seconds'
   if (Math.abs(now - Number(timestamp) * 1000) > SIGNATURE_TOLERANCE_MS) return 'X-Switchboard-Timestamp is more than 5 minutes away from now'
-  const expected = Buffer.from(signWebhook(secret, timestamp, attemptId, body))
+  const expected = Buffer.from(signWebhook(secret, 'callback', timestamp, attemptId, body))
   const given = Buffer.from(signature)
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) return 'the signature does not match'
   return null
@@ -130,7 +140,7 @@ export class WebhookProvider implements Provider {
           headers: {
             'content-type': 'application/json',
             'x-switchboard-timestamp': timestamp,
-            'x-switchboard-signature': signWebhook(secret, timestamp, attemptId, body),
+            'x-switchboard-signature': signWebhook(secret, 'attempt', timestamp, attemptId, body),
             'x-switchboard-attempt-id': attemptId,
             'x-switchboard-delivery': String(n),
           },
@@ -202,7 +212,7 @@ export class WebhookOutcomes {
     private readonly now: () => number,
   ) {}
 
-  /** Throws 401 unless the raw body is signed, for this attempt, with DIALER_WEBHOOK_SECRET. */
+  /** Throws 401 unless the raw body is signed as a callback, for this attempt, with DIALER_WEBHOOK_SECRET. */
   authenticate(headers: Record<string, string | undefined>, attemptId: string, body: Buffer) {
     if (!this.secret) throw new ApiError(401, 'INVALID_SIGNATURE', 'Webhook outcomes are not accepted: DIALER_WEBHOOK_SECRET is not set')
     const problem = checkSignature(this.secret, headers, attemptId, body, this.now())

@@ -157,6 +157,33 @@ for (const store of STORES) {
       t.equal(res.json.code, 'INVALID_JSON')
     })
 
+    t.test('a list item that is not a contact object (null, a number, text, a list) is a 400 naming the item, not a 500', async t => {
+      const batchId = await createBatch(base)
+      const valid = JSON.stringify(contact(1))
+      // Raw JSON, so a repeated key reaches the server as sent (the last value wins in JSON.parse).
+      const cases: Array<[string, Array<{ index: number; field: string }>]> = [
+        ['{"contacts":[null]}', [{ index: 0, field: 'contacts[0]' }]],
+        ['{"contacts":[null,null]}', [{ index: 0, field: 'contacts[0]' }, { index: 1, field: 'contacts[1]' }]],
+        [`{"contacts":[${valid}],"contacts":[null]}`, [{ index: 0, field: 'contacts[0]' }]],
+        [`{"contacts":[${valid},null]}`, [{ index: 1, field: 'contacts[1]' }]],
+        ['{"contacts":[1]}', [{ index: 0, field: 'contacts[0]' }]],
+        ['{"contacts":["x"]}', [{ index: 0, field: 'contacts[0]' }]],
+        ['{"contacts":[[]]}', [{ index: 0, field: 'contacts[0]' }]],
+        ['{"contacts":[{"name":"A","addresses":[null]}]}', [{ index: 0, field: 'contacts[0].addresses[0]' }]],
+        // Large enough to be checked by the validation thread rather than inline.
+        [JSON.stringify({ contacts: [...Array.from({ length: 300 }, (_, i) => contact(i)), null] }), [{ index: 300, field: 'contacts[300]' }]],
+      ]
+      for (const [raw, expected] of cases) {
+        const res = await call(base, 'POST', `/dialer/v1/batches/${batchId}/contacts`, { raw, headers: { 'content-type': 'application/json' } })
+        const label = raw.length > 80 ? `${raw.slice(0, 40)}…${raw.slice(-20)}` : raw
+        t.equal(res.status, 400, label)
+        t.equal(res.json?.code, 'VALIDATION_FAILED', label)
+        t.match(res.json?.details, expected.map(e => ({ ...e, code: 'INVALID_TYPE', reason: String, error: String })), label)
+        t.equal(res.json?.details?.length, expected.length, `${label}: one problem per item`)
+      }
+      t.equal((await contactsOf(batchId)).total, 0, 'nothing was queued')
+    })
+
     t.test('another account\'s batch answers 404 like a missing one', async t => {
       const batchId = await createBatch(base)
       const foreign = await call(base, 'POST', `/dialer/v1/batches/${batchId}/contacts`, { key: KEYS.globex, body: contact(1) })

@@ -1,7 +1,8 @@
 // CSV import: signed upload URL, PUT without a key, batch creation with a column mapping,
 // progress on the batch, per-row errors, and the streamed import of a large file.
 import t from 'tap'
-import { call, STORES, startTestService } from '../support/harness.js'
+import { request } from 'node:http'
+import { call, KEYS, STORES, startTestService } from '../support/harness.js'
 import { waitForOperation } from '../support/dialer.js'
 
 async function uploadUrl(base: string) {
@@ -94,6 +95,44 @@ for (const store of STORES) {
     })
   })
 }
+
+/** POST upload-url with the Host and X-Forwarded-Host a client chooses (fetch will not send a Host of our choice). */
+function uploadUrlWithHost(port: number, host: string) {
+  const body = JSON.stringify({ fileName: 'c.csv', fileType: 'text/csv' })
+  return new Promise<{ status: number; json: any }>((resolve, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/dialer/v1/batches/upload-url',
+        headers: { host, 'x-forwarded-host': host, 'x-forwarded-proto': 'https', apikey: KEYS.acme, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      },
+      res => {
+        let text = ''
+        res.on('data', chunk => (text += chunk))
+        res.on('end', () => resolve({ status: res.statusCode!, json: JSON.parse(text) }))
+      },
+    )
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+t.test('the upload URL points at this service whatever Host the client sends', async t => {
+  const { service } = await startTestService(t)
+  const res = await uploadUrlWithHost(service.port, 'evil.example')
+  t.equal(res.status, 201)
+  const url = new URL(res.json.uploadUrl)
+  t.equal(url.origin, `http://127.0.0.1:${service.port}`, 'the listener\'s own host and port')
+  t.notMatch(res.json.uploadUrl, /evil\.example/)
+  t.equal((await put(url.toString(), 'id,full_name,mobile\n1,A,34600000001\n')).status, 200, 'and the URL works as given')
+
+  const behindProxy = await startTestService(t, { env: { PUBLIC_BASE_URL: 'https://switchboard.example.com/' } })
+  const proxied = await uploadUrlWithHost(behindProxy.service.port, 'evil.example')
+  t.equal(proxied.status, 201)
+  t.match(proxied.json.uploadUrl, /^https:\/\/switchboard\.example\.com\/dialer\/v1\/uploads\/csv_/, 'PUBLIC_BASE_URL when set')
+})
 
 t.test('a large CSV is streamed through the import', async t => {
   const { base } = await startTestService(t, { env: { DIALER_CHUNK_SIZE: '1000' } })

@@ -1,19 +1,29 @@
 // The webhook provider against a real HTTP receiver on 127.0.0.1: the attempt POST and its
 // HMAC signature, the outcome posted back to the callback URL, retries with backoff (a receiver
 // that fails twice), a bounded failure (a receiver that never answers), a refusal (4xx), and the
-// callback endpoint's authentication (bad, missing, stale signature) and idempotency (409).
+// callback endpoint's authentication (bad, missing, stale signature, an attempt POST replayed as
+// a callback) and idempotency (409). Signatures are computed here from the documented string
+// (README, the webhook provider), not with the implementation's own signing function.
 import t from 'tap'
+import { createHmac } from 'node:crypto'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { call, STORES, startTestService } from '../support/harness.js'
 import { freePort } from '../support/nats-server.js'
 import { contact, createBatch, load, phone, startBatch } from '../support/dialer.js'
 import { schedulerOf } from '../../dialer/scheduler/index.js'
-import { signWebhook, WEBHOOK_REPORTS, WebhookProvider, type WebhookReportDoc } from '../../dialer/providers/index.js'
+import { WEBHOOK_REPORTS, WebhookProvider, type WebhookReportDoc } from '../../dialer/providers/index.js'
 import { MemoryStore } from '../../platform/store/index.js'
 import { loadConfig } from '../../platform/config.js'
 
 const SECRET = 'test-webhook-secret-0123456789abcdef'
+
+/**
+ * As documented: "sha256=" + hex HMAC-SHA256(secret, "<label>.<timestamp>.<attempt id>.<raw body>"),
+ * the label switchboard.attempt.v1 on attempt POSTs and switchboard.callback.v1 on callbacks.
+ */
+const hmac = (label: 'switchboard.attempt.v1' | 'switchboard.callback.v1', timestamp: string, attemptId: string, raw: string, secret = SECRET) =>
+  `sha256=${createHmac('sha256', secret).update(`${label}.${timestamp}.${attemptId}.${raw}`, 'utf8').digest('hex')}`
 
 interface Delivery {
   headers: IncomingMessage['headers']
@@ -34,7 +44,7 @@ async function startReceiver(t: { teardown(fn: () => unknown): void }) {
     req.on('end', () => {
       const raw = Buffer.concat(chunks).toString('utf8')
       const timestamp = String(req.headers['x-switchboard-timestamp'])
-      const signatureOk = req.headers['x-switchboard-signature'] === signWebhook(SECRET, timestamp, JSON.parse(raw).attemptId, raw)
+      const signatureOk = req.headers['x-switchboard-signature'] === hmac('switchboard.attempt.v1', timestamp, JSON.parse(raw).attemptId, raw)
       const delivery = { headers: req.headers, raw, body: JSON.parse(raw), signatureOk }
       deliveries.push(delivery)
       handler(delivery, res)
@@ -60,7 +70,7 @@ async function startReceiver(t: { teardown(fn: () => unknown): void }) {
 
 const attemptOf = (callbackUrl: string) => /attempts\/([^/]+)\/outcome/.exec(callbackUrl)![1]!
 
-/** Posts an outcome to a callback URL the way a receiver does: signed over "<timestamp>.<attempt id>.<body>". */
+/** Posts an outcome to a callback URL the way a receiver does: signed over "switchboard.callback.v1.<timestamp>.<attempt id>.<body>". */
 async function report(callbackUrl: string, body: unknown, options: { secret?: string; timestamp?: number; headers?: Record<string, string>; signedFor?: string } = {}) {
   const raw = JSON.stringify(body)
   const timestamp = String(options.timestamp ?? Math.floor(Date.now() / 1000))
@@ -69,7 +79,7 @@ async function report(callbackUrl: string, body: unknown, options: { secret?: st
     headers: {
       'content-type': 'application/json',
       'x-switchboard-timestamp': timestamp,
-      'x-switchboard-signature': signWebhook(options.secret ?? SECRET, timestamp, options.signedFor ?? attemptOf(callbackUrl), raw),
+      'x-switchboard-signature': hmac('switchboard.callback.v1', timestamp, options.signedFor ?? attemptOf(callbackUrl), raw, options.secret),
       ...options.headers,
     },
     body: raw,
@@ -205,10 +215,12 @@ for (const store of STORES) {
 
     t.test('the callback is authenticated by the signature, not an apikey', async t => {
       let callbackUrl = ''
+      let captured: Delivery | undefined
       let release: () => void = () => undefined
       const accepted = new Promise<void>(r => (release = r))
       receiver.on((d, res) => {
         callbackUrl = d.body.callbackUrl
+        captured = d
         res.writeHead(200).end()
         release()
       })
@@ -218,11 +230,37 @@ for (const store of STORES) {
       await scheduler.runCycle()
       await accepted
 
+      // Whoever sees an attempt POST (the receiver, a log, a proxy) holds a fresh signature over
+      // that attempt id: it must not pass as that attempt's callback.
+      const replayedPost = await fetch(callbackUrl, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-switchboard-timestamp': String(captured!.headers['x-switchboard-timestamp']),
+          'x-switchboard-signature': String(captured!.headers['x-switchboard-signature']),
+        },
+        body: captured!.raw,
+      })
+      t.equal(replayedPost.status, 401, 'a captured attempt POST replayed as the callback is refused as unsigned, not read as a bad body')
+      t.match(await replayedPost.json(), { code: 'INVALID_SIGNATURE' })
+      const postSignedAsCallback = await fetch(callbackUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-switchboard-timestamp': String(captured!.headers['x-switchboard-timestamp']), 'x-switchboard-signature': String(captured!.headers['x-switchboard-signature']) },
+        body: '{"outcome":"answered"}',
+      })
+      t.equal(postSignedAsCallback.status, 401, "the attempt POST's signature over another body is refused too")
+      const attemptLabel = await fetch(callbackUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-switchboard-timestamp': String(Math.floor(Date.now() / 1000)), 'x-switchboard-signature': hmac('switchboard.attempt.v1', String(Math.floor(Date.now() / 1000)), attemptOf(callbackUrl), '{"outcome":"answered"}') },
+        body: '{"outcome":"answered"}',
+      })
+      t.equal(attemptLabel.status, 401, 'a report signed with the attempt label is refused')
+
       const wrongSecret = await report(callbackUrl, { outcome: 'answered' }, { secret: 'not-the-secret' })
       t.match(wrongSecret, { status: 401, json: { code: 'INVALID_SIGNATURE', message: /does not match/ } })
       const tampered = await fetch(callbackUrl, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-switchboard-timestamp': '1', 'x-switchboard-signature': signWebhook(SECRET, '1', attemptOf(callbackUrl), '{"outcome":"answered"}') },
+        headers: { 'content-type': 'application/json', 'x-switchboard-timestamp': '1', 'x-switchboard-signature': hmac('switchboard.callback.v1', '1', attemptOf(callbackUrl), '{"outcome":"answered"}') },
         body: '{"outcome":"answered"}',
       })
       t.equal(tampered.status, 401, 'a stale timestamp (replay) is refused')
@@ -293,6 +331,15 @@ t.test('stopping the service ends an attempt still being retried, without furthe
   t.ok(Date.now() - started < 1000, 'ended at once')
   await new Promise(r => setTimeout(r, 400))
   t.equal(receiver.deliveries.length, 1, 'no delivery after the stop')
+})
+
+t.test('a DIALER_WEBHOOK_SECRET shorter than 32 bytes stops the start with a clear error', async t => {
+  const webhook = { DIALER_PROVIDERS: 'phone=webhook', DIALER_WEBHOOK_URL: 'http://127.0.0.1:9/calls' }
+  t.throws(() => loadConfig({ ...webhook, DIALER_WEBHOOK_SECRET: 'x'.repeat(31) }), { name: 'ConfigError', message: /DIALER_WEBHOOK_SECRET must be at least 32 bytes \(got 31\)/ })
+  t.throws(() => loadConfig({ DIALER_WEBHOOK_SECRET: 'short' }), { name: 'ConfigError', message: /DIALER_WEBHOOK_SECRET must be at least 32 bytes/ }, 'also when no channel uses the webhook yet (callbacks are checked with it)')
+  t.equal(loadConfig({ ...webhook, DIALER_WEBHOOK_SECRET: 'x'.repeat(32) }).dialer.webhook.secret, 'x'.repeat(32))
+  t.equal(loadConfig({ ...webhook, DIALER_WEBHOOK_SECRET: 'é'.repeat(16) }).dialer.webhook.secret.length, 16, 'bytes, not characters: 16 × é is 32 bytes')
+  t.equal(loadConfig({}).dialer.webhook.secret, '', 'unset: no webhook, callbacks refused')
 })
 
 t.test('DIALER_PROVIDERS is checked at start', async t => {

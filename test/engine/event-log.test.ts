@@ -58,7 +58,9 @@ t.test('property: after any appends, reads and waits, a read gives exactly the n
     fc.record({ wait: fc.integer({ min: 0, max: 40_000 }) }),
     fc.record({ read: fc.integer({ min: 0, max: 60 }) }),
   )
-  fc.assert(
+  // Awaited: an async property's runs happen after fc.assert returns, and its failure is the
+  // promise's rejection, which must fail this test rather than arrive after it passed.
+  await fc.assert(
     fc.asyncProperty(fc.integer({ min: 1, max: 12 }), fc.integer({ min: 200, max: 3000 }), fc.integer({ min: 1000, max: 60_000 }), fc.array(step, { maxLength: 60 }), async (events, bytes, maxAgeMs, steps) => {
       let now = 5_000_000
       const log = new MemoryEventLog({ events, bytes, maxAgeMs }, () => now)

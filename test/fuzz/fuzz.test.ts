@@ -1,9 +1,11 @@
 // The fuzz suite (issue 10): property-based, over every operation of the published
 // /openapi.json, against a real service process over HTTP, plus raw sockets for what lies
 // below HTTP parsing. After every request: the process lives, no 5xx, every 4xx is JSON with
-// `code` and `message`, an answer within 5 s, no API key echoed, no other account's data, and
-// a body that matches the document where the document describes it. Valid flows still work at
-// the end.
+// `code` and `message`, an answer within 5 s, no API key echoed, no other account's data (the
+// requests are account A's; no answer, listings included, holds an id, contact identifier or
+// address that only account B has, unless the request itself carried it), and a body that
+// matches the document where the document describes it. A property that throws fails the run
+// like a broken invariant. Valid flows still work at the end.
 //
 //   FUZZ_SECONDS=60 (default 45 here; `make fuzz` runs 600)   FUZZ_SEED=<n> [FUZZ_PATH=<p>] to replay
 import t from 'tap'
@@ -105,11 +107,20 @@ function responseValidators(doc: any): (op: string, status: number) => ValidateF
   }
 }
 
+/** What account B holds and account A does not: [what, value]. */
+type ForeignData = Array<[string, string]>
+
 /** Why an answer breaks an invariant, or null. */
-function violation(r: FuzzRequest, answer: Answer | string, validatorFor: ReturnType<typeof responseValidators>): string | null {
+function violation(r: FuzzRequest, answer: Answer | string, validatorFor: ReturnType<typeof responseValidators>, foreign: ForeignData): string | null {
   if (typeof answer === 'string') return answer.startsWith('client refused') ? null : answer
   if (answer.status >= 500) return `status ${answer.status}: ${answer.text.slice(0, 300)}`
   for (const secret of SECRETS) if (answer.text.includes(secret)) return 'an API key was echoed in the answer'
+  // Every request is account A's (or no account's): B's data may only come back as an echo of
+  // what the request carried (a 404 naming the id it was asked for).
+  const carried = `${r.path}\n${r.body ?? ''}\n${Object.values(r.headers).join('\n')}`
+  for (const [what, value] of foreign) {
+    if (answer.text.includes(value) && !carried.includes(value)) return `${answer.status} holds account B's ${what} ${value}: ${answer.text.slice(0, 300)}`
+  }
   if (r.crossAccount && answer.status < 300) return `another account's resource answered ${answer.status}`
   if (answer.status >= 400) {
     let body: any
@@ -172,17 +183,28 @@ async function openSessionFreeingASlot(base: string, key: string) {
   }
 }
 
-async function fixturesFor(base: string): Promise<Fixtures> {
+/** Each account's own contact identifier, address and blocked address: B's are found nowhere else. */
+const ACCOUNT_DATA = {
+  [KEYS.acme]: { identifier: 'f0', address: '34600000009', blocked: '34600000019' },
+  [KEYS.globex]: { identifier: 'globex-only-contact', address: '34699900001', blocked: '34699900002' },
+} as Record<string, { identifier: string; address: string; blocked: string }>
+
+async function fixturesFor(base: string): Promise<{ fixtures: Fixtures; foreign: ForeignData }> {
   const account = async (key: string) => {
+    const data = ACCOUNT_DATA[key]!
     const batch = await json(base, 'POST', '/dialer/v1/batches', { name: 'fuzz', channel: 'phone', duplicateStrategy: 'merge' }, key)
-    const load = await json(base, 'POST', `/dialer/v1/batches/${batch.json.batchId}/contacts`, { identifier: 'f0', name: 'Ana', addresses: [{ address: '34600000009', type: 'phone', priority: 1 }] }, key)
+    const load = await json(base, 'POST', `/dialer/v1/batches/${batch.json.batchId}/contacts`, { identifier: data.identifier, name: 'Ana', addresses: [{ address: data.address, type: 'phone', priority: 1 }] }, key)
+    const blocked = await json(base, 'POST', '/dialer/v1/blocked-addresses', { address: data.blocked, addressType: 'phone' }, key)
+    if (blocked.status !== 200) throw new Error(`blocking an address: ${blocked.status} ${JSON.stringify(blocked.json)}`)
     const upload = await json(base, 'POST', '/dialer/v1/batches/upload-url', { fileName: 'f.csv', fileType: 'text/csv' }, key)
     const session = await openSession(base, key)
     let contactId: string | undefined
-    for (let i = 0; i < 50 && !contactId; i++) {
+    for (let i = 0; i < 200 && !contactId; i++) {
       contactId = (await json(base, 'GET', `/dialer/v1/batches/${batch.json.batchId}/contacts`, undefined, key)).json?.data?.[0]?.contactId
       if (!contactId) await new Promise(r => setTimeout(r, 100))
     }
+    // B's contact must exist, or the scan would look for data that is nowhere to be leaked.
+    if (!contactId) throw new Error(`the fixture contact of ${key} was not loaded within 20 s`)
     return {
       batchId: batch.json.batchId,
       operationId: load.json.operationId,
@@ -200,7 +222,12 @@ async function fixturesFor(base: string): Promise<Fixtures> {
   const foreign = await account(KEYS.globex)
   // Shared by every account: reaching them with another key is not a cross-account read.
   for (const shared of ['crewId', 'REPORT_ID', 'reportId']) delete (foreign as Record<string, string>)[shared]
-  return { own, foreign, keys: { own: KEYS.acme, other: KEYS.globex, dialerOnly: KEYS.acmeDialerOnly } }
+  const ours = new Set<string>([...Object.values(own), ...Object.values(ACCOUNT_DATA[KEYS.acme]!)])
+  const theirs: ForeignData = [...Object.entries(foreign), ...Object.entries(ACCOUNT_DATA[KEYS.globex]!)]
+  return {
+    fixtures: { own, foreign, keys: { own: KEYS.acme, other: KEYS.globex, dialerOnly: KEYS.acmeDialerOnly } },
+    foreign: theirs.filter(([, value]) => !ours.has(value)),
+  }
 }
 
 /** Heads below HTTP parsing: what the uWS parser itself sees. Each must be answered or closed, never hang the process. */
@@ -252,7 +279,8 @@ t.test('fuzz: hostile requests against a real service process', async t => {
   const doc = await (await fetch(`${proc.base}/openapi.json`)).json()
   const operations = operationsOf(doc)
   t.ok(operations.length >= 40, `the document lists ${operations.length} operations`)
-  const fixtures = await fixturesFor(proc.base)
+  const { fixtures, foreign } = await fixturesFor(proc.base)
+  t.ok(foreign.length >= 9, `account B's data looked for in every answer: ${foreign.map(([what]) => what).join(', ')}`)
   const validatorFor = responseValidators(doc)
   const failures: string[] = []
   let sent = 0
@@ -265,7 +293,7 @@ t.test('fuzz: hostile requests against a real service process', async t => {
       sent++
       reached.add(request.operation)
       const answer = await send(proc.port, request)
-      const problem = violation(request, answer, validatorFor) ?? (proc.alive() ? null : `the process exited: ${proc.output().slice(-2000)}`)
+      const problem = violation(request, answer, validatorFor, foreign) ?? (proc.alive() ? null : `the process exited: ${proc.output().slice(-2000)}`)
       if (problem) {
         failures.push(`${request.method} ${request.path.slice(0, 200)} → ${problem}`)
         return false
@@ -281,11 +309,22 @@ t.test('fuzz: hostile requests against a real service process', async t => {
     markInterruptAsFailure: false,
     endOnFailure: true,
   })
+  // The run's own verdict: a property that throws (not only one that returns false) ends the
+  // run as failed without adding to `failures`.
+  let counterexample = ''
   if (result.failed) {
     console.log(`# fuzz failure: FUZZ_SEED=${result.seed} FUZZ_PATH=${result.counterexamplePath}`)
     const example = result.counterexample?.[0]
-    console.log(`# counterexample: ${JSON.stringify({ ...example, path: example?.path.slice(0, 300), body: example?.body?.slice(0, 300), bodyBytes: example?.body?.length })}`)
+    counterexample = JSON.stringify({ ...example, path: example?.path.slice(0, 300), body: example?.body?.slice(0, 300), bodyBytes: example?.body?.length })
+    console.log(`# counterexample: ${counterexample}`)
   }
+  const error = result.errorInstance instanceof Error ? result.errorInstance.message : String(result.errorInstance)
+  t.notOk(
+    result.failed,
+    result.failed
+      ? `the run failed: ${error.slice(0, 500)}; counterexample ${counterexample}; replay with FUZZ_SEED=${result.seed} FUZZ_PATH=${result.counterexamplePath}`
+      : `the run ended without a failure (seed ${SEED}, ${result.numRuns} runs${result.interrupted ? ', stopped at the time limit' : ''})`,
+  )
   t.same(failures, [], `${sent} requests over ${reached.size} operations; invariants held (seed ${SEED})`)
   t.ok(reached.size >= Math.min(operations.length, 30) || PATH, `reached ${reached.size} of ${operations.length} operations`)
 
@@ -301,7 +340,7 @@ t.test('fuzz: hostile requests against a real service process', async t => {
     }),
     { seed: SEED, numRuns: 20 },
   )
-  t.notOk(junk.failed, `random bytes on a raw socket (seed ${SEED})`)
+  t.notOk(junk.failed, `random bytes on a raw socket (seed ${SEED}${junk.failed ? `, path ${junk.counterexamplePath}: ${String(junk.errorInstance).slice(0, 300)}` : ''})`)
 
   // Valid flows still work after all of it.
   t.equal((await fetch(`${proc.base}/healthz`)).status, 200, 'healthy at the end')
