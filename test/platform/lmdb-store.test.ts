@@ -644,9 +644,9 @@ t.test('an index redefined over a large collection is built in the background: t
   await cut.close()
   const store = new LmdbStore({ path, sweepIntervalMs: 0 })
   t.teardown(() => store.close())
-  const started = performance.now()
   await store.ensureIndexes('contacts', [partial])
-  t.ok(performance.now() - started < 1000, 'the declaration does not wait for the build')
+  // Condition, not a stopwatch: the build still runs once the declaration has answered.
+  t.ok(store.declared('contacts').find(s => s.name === plain.name)?.building, 'the declaration does not wait for the build')
   const contacts = store.collection('contacts')
   const pending = async () => (await contacts.find({ batchId: 'b' })).filter(d => d.state === 'pending').map(d => d._id)
   // While it builds: writes move contacts in and out, queries answer from the old definition.
