@@ -157,13 +157,18 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
    */
   private async empty(db: Database<any, any>) {
     await this.inSlices(started => {
-      const keys = [...db.getKeys({ limit: WRITE_SLICE })]
+      const keys = this.store.storedKeys(db, WRITE_SLICE)
       for (const [i, key] of keys.entries()) {
         if (i > 0 && performance.now() - started > COPY_SLICE_MS) return true // each slice makes progress
         db.removeSync(key)
       }
       return keys.length === WRITE_SLICE
     })
+  }
+
+  /** Removes every entry of `db` in the current transaction. */
+  private clearSync(db: Database<any, any>) {
+    for (const key of this.store.storedKeys(db)) db.removeSync(key)
   }
 
   /**
@@ -807,7 +812,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
           entries.push([...key, doc._id])
         }
       }
-      for (const key of [...db.getKeys({})]) db.removeSync(key)
+      this.clearSync(db)
       if (spec.counted) for (const { key, n } of counts.values()) (db as Database<number, KeyPart[]>).putSync(key, n)
       else for (const key of entries) (db as Database<Buffer, KeyPart[]>).putSync(key, EMPTY)
       const latest = this.store.declared(this.name).filter(s => s.name !== spec.name)

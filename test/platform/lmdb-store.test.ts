@@ -567,6 +567,27 @@ t.test('an index declared counted after it had entries: counts from the start, i
   t.equal(second.indexDb('contacts', 'account_state').getCount(), 0, 'the entries of before are gone')
 })
 
+t.test('index entries that do not read back as they were written are removed all the same', async t => {
+  // Strings of 64 characters or more went into keys byte for byte (as older versions wrote
+  // them): a U+0001 inside reads back as the end of the string, so the key read back is not the
+  // key stored, and removing by it removed nothing.
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const entries = store.indexDb('things', 'k')
+  const leftovers = () => store.env.transaction(() => {
+    for (let i = 0; i < 3; i++) entries.putSync([3, `${'P'.repeat(70)}\u0001${i}`, `old${i}`], Buffer.alloc(0))
+  })
+  await leftovers()
+  const things = store.collection('things')
+  await things.insertMany([{ _id: 'a', k: 'x' }, { _id: 'b', k: 'y' }])
+  await store.ensureIndexes('things', [{ name: 'k', key: { k: 1 } }])
+  t.same([...entries.getKeys({})], [[3, 'x', 'a'], [3, 'y', 'b']], 'a build starts from an empty database')
+  await leftovers()
+  await store.ensureIndexes('things', [{ name: 'k', key: { k: 1 }, counted: true }])
+  await store.settled()
+  t.equal(entries.getCount(), 0, 'emptied in the background once the index is counted')
+})
+
 t.test('a counted index never answers for values its keys cannot tell apart', async t => {
   const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
   t.teardown(() => store.close())
