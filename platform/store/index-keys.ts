@@ -68,6 +68,9 @@ function payloadOf(value: unknown, rank: number): KeyPart {
 /** Whether an encoded string may have been cut (so equal payloads do not prove equal values). */
 export const mayBeCut = (e: Encoded) => typeof e[1] === 'string' && e[1].length === MAX_KEY_STRING
 
+/** Whether a key (fields only) holds a string that may have been cut: equal keys then do not prove equal values. */
+export const keyMayBeCut = (key: readonly KeyPart[]) => key.some((part, i) => i % 2 === 1 && mayBeCut([key[i - 1] as number, part]))
+
 /**
  * The values an index holds for one path of a document, as mongod indexes them: a missing path
  * is null, an array on the way or at the end contributes each element. `multi` reports arrays.

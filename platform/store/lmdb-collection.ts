@@ -39,7 +39,7 @@ import {
 } from './types.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, projectDocs, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
-import { documentKeys, encodeValue, KEY_MAX, mayBeCut, partId, pathValues, RANK, sameKey, type KeyPart } from './index-keys.js'
+import { documentKeys, encodeValue, KEY_MAX, keyMayBeCut, mayBeCut, partId, pathValues, RANK, sameKey, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan } from './planner.js'
 import { countByPipeline, countPlan, countRowsOf, keyValue, type CountRow, type CountValue } from './counted-index.js'
 import { groupInSlices, simpleGroup } from './sliced-group.js'
@@ -515,7 +515,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
           const otherId = other[other.length - 1] as string
           if (otherId === doc._id) continue
           // A cut string only proves a shared prefix: compare the documents' values.
-          if (!key.some((part, i) => i % 2 === 1 && mayBeCut([key[i - 1] as number, part]))) return index.name
+          if (!keyMayBeCut(key)) return index.name
           const otherDoc = this.docs.get(otherId)
           if (otherDoc && sameValues(doc, otherDoc, index.fields)) return index.name
         }
@@ -790,7 +790,8 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       // Built in memory first: a unique violation fails the declaration before anything is written.
       const entries: KeyPart[][] = []
       const counts = new Map<string, { key: KeyPart[]; n: number }>()
-      const owners = new Map<string, string>()
+      /** The documents holding each key (several when a string was cut). */
+      const owners = new Map<string, string[]>()
       let multikey = false
       for (const { value: doc } of this.docs.getRange({})) {
         if (covers && !covers(doc)) continue
@@ -805,9 +806,15 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
             continue
           }
           if (spec.unique) {
-            const owner = owners.get(partId(key))
-            if (owner !== undefined && owner !== doc._id) throw duplicate(this.name, spec.name)
-            owners.set(partId(key), doc._id)
+            const id = partId(key)
+            const others = owners.get(id)
+            if (!others) owners.set(id, [doc._id])
+            else {
+              // As conflict(): a cut string only proves a shared prefix, the documents tell.
+              const cut = keyMayBeCut(key)
+              if (others.some(other => other !== doc._id && (!cut || sameValues(doc, this.docs.get(other)!, fields)))) throw duplicate(this.name, spec.name)
+              others.push(doc._id)
+            }
           }
           entries.push([...key, doc._id])
         }

@@ -588,6 +588,21 @@ t.test('index entries that do not read back as they were written are removed all
   t.equal(entries.getCount(), 0, 'emptied in the background once the index is counted')
 })
 
+t.test('a unique index declared over long strings that share their first characters is built, and refused only for a value held twice', async t => {
+  // Keys cut strings: two documents with the same key may hold different strings.
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const refused = (p: Promise<unknown>) => p.then(() => false, e => e instanceof DuplicateKeyError)
+  const long = 'k'.repeat(300)
+  const distinct = store.collection('distinct')
+  await distinct.insertMany([{ _id: 'a', k: `${long}a` }, { _id: 'b', k: `${long}b` }, { _id: 'c', k: `${long}c` }])
+  await store.ensureIndexes('distinct', [{ name: 'k_unique', key: { k: 1 }, unique: true }])
+  t.ok(await refused(distinct.insertOne({ _id: 'd', k: `${long}b` })), 'built, and it holds')
+  const twice = store.collection('twice')
+  await twice.insertMany([{ _id: 'a', k: `${long}a` }, { _id: 'b', k: `${long}b` }, { _id: 'c', k: `${long}b` }])
+  t.ok(await refused(store.ensureIndexes('twice', [{ name: 'k_unique', key: { k: 1 }, unique: true }])), 'a value held twice refuses it')
+})
+
 t.test('a counted index never answers for values its keys cannot tell apart', async t => {
   const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
   t.teardown(() => store.close())
