@@ -8,7 +8,7 @@
 // `GET` of a batch read its contacts (0.8-1.0 s for 100,000 finished ones), now it reads a dozen
 // numbers. The numbers move inside the transaction that writes the document, so a crash never
 // leaves them apart from the documents.
-import { MAX_KEY_STRING, RANK, mayBeCut, type KeyPart } from './index-keys.js'
+import { MAX_KEY_STRING, RANK, mayBeCut, unescapeString, type KeyPart } from './index-keys.js'
 import { keyText } from './sliced-group.js'
 
 /** Plain values a counted read can match on (and a group's values, null for a missing field). */
@@ -51,7 +51,7 @@ export function keyValue(rank: number, payload: KeyPart): CountValue | undefined
     case RANK.number:
       return payload === -Infinity ? undefined : (payload as number) // or NaN
     case RANK.string:
-      return mayBeCut([rank, payload]) ? undefined : (payload as string)
+      return mayBeCut([rank, payload]) ? undefined : unescapeString(payload as string)
     case RANK.boolean:
       return payload === 1
     case RANK.date:

@@ -39,7 +39,7 @@ import {
 } from './types.js'
 import { assertSafeBulk, assertSafeDocument, assertSafeUpdate } from './update-paths.js'
 import { applyBulkOp, type BulkTarget, clone, compareKeys, compiled, emptyBulk, fastFind, matcherOf, projectDocs, sortKeys, updatedCopy, upsertDocument, withoutSetOnInsert } from './query.js'
-import { documentKeys, encodeValue, KEY_MAX, mayBeCut, partId, pathValues, RANK, sameKey, type KeyPart } from './index-keys.js'
+import { documentKeys, encodeValue, entryId, entryKey, FIRST_ENCODING, KEY_ENCODING, KEY_MAX, keyMayBeCut, mayBeCut, partId, pathValues, RANK, sameKey, type KeyPart } from './index-keys.js'
 import { effectiveSort, plan, shapeOf, type IndexPlan } from './planner.js'
 import { countByPipeline, countPlan, countRowsOf, keyValue, type CountRow, type CountValue } from './counted-index.js'
 import { groupInSlices, simpleGroup } from './sliced-group.js'
@@ -157,13 +157,18 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
    */
   private async empty(db: Database<any, any>) {
     await this.inSlices(started => {
-      const keys = [...db.getKeys({ limit: WRITE_SLICE })]
+      const keys = this.store.storedKeys(db, WRITE_SLICE)
       for (const [i, key] of keys.entries()) {
         if (i > 0 && performance.now() - started > COPY_SLICE_MS) return true // each slice makes progress
         db.removeSync(key)
       }
       return keys.length === WRITE_SLICE
     })
+  }
+
+  /** Removes every entry of `db` in the current transaction. */
+  private clearSync(db: Database<any, any>) {
+    for (const key of this.store.storedKeys(db)) db.removeSync(key)
   }
 
   /**
@@ -226,6 +231,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       fields: Object.keys(spec.key),
       multikey: !!spec.multikey,
       spec,
+      encoding: spec.encoding ?? FIRST_ENCODING,
       ...(spec.partialFilterExpression ? { partial: spec.partialFilterExpression, covers: matcherOf(spec.partialFilterExpression) } : {}),
       watched: [...new Set([...Object.keys(spec.key), ...Object.keys(spec.partialFilterExpression ?? {})])],
       ...(spec.counted ? { counts: this.store.countDb(this.name, spec.name) } : { db: this.store.indexDb(this.name, spec.name, spec.generation) }),
@@ -320,7 +326,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       for (const key of this.keysIn(chosen, range)) {
         this.store.reads.keys++
         if (!passes(chosen, key)) continue
-        const id = key[key.length - 1] as string
+        const id = entryId(key, chosen.index.encoding)
         if (seen) {
           if (seen.has(id)) continue
           seen.add(id)
@@ -412,7 +418,8 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
   private fromCounts(match: Filter, fields: string[]): CountRow[] | undefined {
     this.fresh()
     for (const index of this.indexes) {
-      if (!index.counts || index.multikey) continue
+      // One of an older key encoding is rebuilt before it answers (its keys may not read back).
+      if (!index.counts || index.multikey || index.encoding !== KEY_ENCODING) continue
       const how = countPlan(index.fields, match, fields)
       if (!how) continue
       const rows = new Map<string, CountRow>()
@@ -447,7 +454,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
   private entriesOf(doc: Doc, indexes: LiveIndex[] = this.indexes): { index: LiveIndex; keys: KeyPart[][]; multi: boolean }[] {
     if (typeof doc._id !== 'string') throw new TypeError(`${this.name}: _id must be a string`)
     if (Buffer.byteLength(doc._id) > MAX_ID_BYTES) throw new RangeError(`${this.name}: _id longer than ${MAX_ID_BYTES} bytes`)
-    return indexes.map(index => (index.covers && !index.covers(doc) ? { index, keys: [], multi: false } : { index, ...documentKeys(doc, index.fields) }))
+    return indexes.map(index => (index.covers && !index.covers(doc) ? { index, keys: [], multi: false } : { index, ...documentKeys(doc, index.fields, index.encoding) }))
   }
 
   /**
@@ -493,12 +500,12 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
   /** Takes a document's key out of an index, or one off its number. */
   private removeEntry(index: LiveIndex, key: KeyPart[], id: string) {
     if (index.counts) this.count(index.counts, key, -1)
-    else index.db!.removeSync([...key, id])
+    else index.db!.removeSync(entryKey(key, id, index.encoding))
   }
 
   private putEntry(index: LiveIndex, key: KeyPart[], id: string) {
     if (index.counts) this.count(index.counts, key, 1)
-    else index.db!.putSync([...key, id], EMPTY)
+    else index.db!.putSync(entryKey(key, id, index.encoding), EMPTY)
   }
 
   /** The first unique index a document's entries would share with another document. */
@@ -507,10 +514,10 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       if (!index.spec.unique || !index.db) continue
       for (const key of keys) {
         for (const other of index.db.getKeys({ start: key, end: [...key, KEY_MAX as unknown as KeyPart] })) {
-          const otherId = other[other.length - 1] as string
+          const otherId = entryId(other, index.encoding)
           if (otherId === doc._id) continue
           // A cut string only proves a shared prefix: compare the documents' values.
-          if (!key.some((part, i) => i % 2 === 1 && mayBeCut([key[i - 1] as number, part]))) return index.name
+          if (!keyMayBeCut(key)) return index.name
           const otherDoc = this.docs.get(otherId)
           if (otherDoc && sameValues(doc, otherDoc, index.fields)) return index.name
         }
@@ -742,6 +749,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
     const wanted: StoredIndex = {
       name: spec.name,
       key: spec.key,
+      encoding: KEY_ENCODING,
       ...(spec.unique ? { unique: true } : {}),
       ...(spec.expireAfterSeconds !== undefined ? { expireAfterSeconds: spec.expireAfterSeconds } : {}),
       ...(spec.counted ? { counted: true } : {}),
@@ -785,7 +793,8 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       // Built in memory first: a unique violation fails the declaration before anything is written.
       const entries: KeyPart[][] = []
       const counts = new Map<string, { key: KeyPart[]; n: number }>()
-      const owners = new Map<string, string>()
+      /** The documents holding each key (several when a string was cut). */
+      const owners = new Map<string, string[]>()
       let multikey = false
       for (const { value: doc } of this.docs.getRange({})) {
         if (covers && !covers(doc)) continue
@@ -800,14 +809,20 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
             continue
           }
           if (spec.unique) {
-            const owner = owners.get(partId(key))
-            if (owner !== undefined && owner !== doc._id) throw duplicate(this.name, spec.name)
-            owners.set(partId(key), doc._id)
+            const id = partId(key)
+            const others = owners.get(id)
+            if (!others) owners.set(id, [doc._id])
+            else {
+              // As conflict(): a cut string only proves a shared prefix, the documents tell.
+              const cut = keyMayBeCut(key)
+              if (others.some(other => other !== doc._id && (!cut || sameValues(doc, this.docs.get(other)!, fields)))) throw duplicate(this.name, spec.name)
+              others.push(doc._id)
+            }
           }
-          entries.push([...key, doc._id])
+          entries.push(entryKey(key, doc._id))
         }
       }
-      for (const key of [...db.getKeys({})]) db.removeSync(key)
+      this.clearSync(db)
       if (spec.counted) for (const { key, n } of counts.values()) (db as Database<number, KeyPart[]>).putSync(key, n)
       else for (const key of entries) (db as Database<Buffer, KeyPart[]>).putSync(key, EMPTY)
       const latest = this.store.declared(this.name).filter(s => s.name !== spec.name)
@@ -859,7 +874,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
         if (key === cursor) continue // start is inclusive
         if (n === WRITE_SLICE || (n > 0 && performance.now() - started > COPY_SLICE_MS)) return true
         const [{ keys, multi }] = this.entriesOf(doc, [building])
-        for (const entry of keys) building.db!.putSync([...entry, doc._id], EMPTY)
+        for (const entry of keys) building.db!.putSync(entryKey(entry, doc._id, building.encoding), EMPTY)
         if (multi && !building.multikey) this.markMultikey(building)
         cursor = key
         n++
@@ -909,7 +924,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       for (let round = 0; round < slices; round++) {
         const expired = new Map<string, KeyPart[][]>()
         for (const key of index.db.getKeys({ start: [RANK.date], end: [RANK.date, cutoff, KEY_MAX as unknown as KeyPart], limit: slice })) {
-          const id = key[key.length - 1] as string
+          const id = entryId(key, index.encoding)
           expired.set(id, [...(expired.get(id) ?? []), key])
         }
         if (expired.size === 0) break

@@ -3,7 +3,7 @@
 import { isDeepStrictEqual } from 'node:util'
 import type { Database } from 'lmdb'
 import type { Doc, IndexSpec } from './types.js'
-import { NOT_PLAIN, pathValues, plainValueAt, type KeyPart } from './index-keys.js'
+import { FIRST_ENCODING, NOT_PLAIN, pathValues, plainValueAt, type KeyPart } from './index-keys.js'
 import type { IndexPlan, PlannableIndex } from './planner.js'
 
 /** The m:indexes entry whose number moves with every change of a collection's declarations. */
@@ -11,6 +11,8 @@ export const revisionKey = (collection: string) => `revision:${collection}`
 
 /** An IndexSpec as declared (partitionFields is the in-memory store's alone), and its state here. */
 export interface StoredIndex extends Omit<IndexSpec, 'partitionFields'> {
+  /** The key encoding its entries are written in (index-keys.ts KEY_ENCODING); none: FIRST_ENCODING. */
+  encoding?: number
   multikey?: boolean
   /** Which database holds the entries: i:<collection>:<index>, then @1, @2... after each online rebuild. */
   generation?: number
@@ -21,6 +23,7 @@ export interface StoredIndex extends Omit<IndexSpec, 'partitionFields'> {
 
 export interface LiveIndex extends PlannableIndex {
   spec: StoredIndex
+  encoding: number
   /** One entry per (key, _id) with an empty value; a counted index has none. */
   db?: Database<Buffer, KeyPart[]>
   /** A counted index's number of documents per key. */
@@ -53,6 +56,7 @@ export function sameDefinition(a: StoredIndex, b: StoredIndex): boolean {
     !!a.unique === !!b.unique &&
     a.expireAfterSeconds === b.expireAfterSeconds &&
     !!a.counted === !!b.counted &&
+    (a.encoding ?? FIRST_ENCODING) === (b.encoding ?? FIRST_ENCODING) &&
     isDeepStrictEqual(Object.entries(a.partialFilterExpression ?? {}), Object.entries(b.partialFilterExpression ?? {}))
   )
 }

@@ -212,6 +212,21 @@ export class LmdbStore implements Store {
     return (this.env.openDB<number, KeyPart[]>({ name, create: false } as { name: string }) as Database<number, KeyPart[]> | undefined) ?? undefined
   }
 
+  private readonly rawHandles = new Map<string, Database<unknown, Buffer>>()
+
+  /**
+   * Up to `limit` keys of `db` as stored, to remove them by (a Buffer key is taken as it is).
+   * A key does not always read back as what it was written from (a string that held U+0000 to
+   * U+0004, as an older key encoding wrote them), and removing what it reads back then misses it.
+   */
+  storedKeys(db: Database<any, any>, limit?: number): Buffer[] {
+    const name = (db as unknown as { name: string }).name
+    let raw = this.rawHandles.get(name)
+    if (!raw) this.rawHandles.set(name, (raw = this.env.openDB<unknown, Buffer>({ name, encoding: 'binary', keyEncoding: 'binary' })))
+    // Copied: lmdb-js may hand out views of a buffer it reuses.
+    return [...raw.getKeys({ limit })].map(key => Buffer.from(key))
+  }
+
   /** A named database of its own in the same environment (the durable work queues). */
   database<V>(name: string): Database<V, KeyPart | KeyPart[]> {
     return this.env.openDB<V, KeyPart | KeyPart[]>({ name })

@@ -9,7 +9,7 @@
 // Everything is checked again on the document (mingo decides), so the plan only has to yield a
 // superset of the matches, in the right order when it says `ordered`.
 import type { Filter, Sort } from './types.js'
-import { comparePayload, encodeValue, KEY_MAX, mayBeCut, RANK, type Encoded, type KeyPart } from './index-keys.js'
+import { comparePayload, encodeValue, KEY_ENCODING, KEY_MAX, mayBeCut, RANK, sameInEveryEncoding, type Encoded, type KeyPart } from './index-keys.js'
 
 export interface PlannableIndex {
   name: string
@@ -18,12 +18,15 @@ export interface PlannableIndex {
   multikey: boolean
   /** A partial index: entries only for documents with these values (see implies()). */
   partial?: Record<string, string | number | boolean>
+  /** The key encoding of its entries (index-keys.ts), when not KEY_ENCODING. */
+  encoding?: number
 }
 
 type Bound = { payload: KeyPart; inclusive: boolean }
+/** `anyEncoding`: its values have the same keys in every key encoding. */
 export type Condition =
-  | { kind: 'eq'; values: Encoded[]; exact: boolean }
-  | { kind: 'range'; rank: number; lo?: Bound; hi?: Bound; exact: boolean }
+  | { kind: 'eq'; values: Encoded[]; exact: boolean; anyEncoding: boolean }
+  | { kind: 'range'; rank: number; lo?: Bound; hi?: Bound; exact: boolean; anyEncoding: boolean }
 
 export interface KeyRange {
   start?: KeyPart[]
@@ -47,6 +50,7 @@ const MAX_COMBINATIONS = 4096
 const RANGE_OPS: Record<string, 'lo' | 'hi'> = { $gt: 'lo', $gte: 'lo', $lt: 'hi', $lte: 'hi' }
 
 const isScalar = (v: unknown) => v === null || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean' || v instanceof Date
+const anyEncoding = (values: unknown[]) => values.every(v => typeof v !== 'string' || sameInEveryEncoding(v))
 
 /** What an index can do with one field's condition, or undefined (mingo alone decides it). */
 export function classify(condition: unknown): Condition | undefined {
@@ -74,7 +78,7 @@ export function classify(condition: unknown): Condition | undefined {
     if (!current || (side === 'lo' ? comparePayload(payload, current.payload) > 0 : comparePayload(payload, current.payload) < 0)) range[side] = bound
     else if (comparePayload(payload, current.payload) === 0 && !bound.inclusive) range[side] = bound
   }
-  return { kind: 'range', rank: rank!, ...range, exact: rank !== RANK.string }
+  return { kind: 'range', rank: rank!, ...range, exact: rank !== RANK.string, anyEncoding: anyEncoding(ops.map(([, operand]) => operand)) }
 }
 
 function eq(values: unknown[]): Condition {
@@ -85,7 +89,7 @@ function eq(values: unknown[]): Condition {
     if (e[0] === RANK.null || mayBeCut(e)) exact = false
     encoded.set(`${e[0]}:${typeof e[1]}:${String(e[1])}`, e)
   }
-  return { kind: 'eq', values: [...encoded.values()], exact }
+  return { kind: 'eq', values: [...encoded.values()], exact, anyEncoding: anyEncoding(values) }
 }
 
 function keyTest(condition: Condition): (rank: number, payload: KeyPart) => boolean {
@@ -116,12 +120,15 @@ export interface FilterShape {
   residual: boolean
   /** Fields the filter pins to one value: constant, so a sort on them changes nothing. */
   pinned: Set<string>
+  /** Every condition's values have the same keys in every key encoding. */
+  anyEncoding: boolean
 }
 
 export function shapeOf(filter: Filter): FilterShape {
   const conditions = new Map<string, Condition>()
   const pinned = new Set<string>()
   let residual = false
+  let sameKeys = true
   for (const [field, value] of Object.entries(filter)) {
     if (field.startsWith('$')) {
       residual = true
@@ -133,9 +140,10 @@ export function shapeOf(filter: Filter): FilterShape {
       continue
     }
     conditions.set(field, condition)
+    sameKeys &&= condition.anyEncoding
     if (condition.kind === 'eq' && condition.values.length === 1) pinned.add(field)
   }
-  return { conditions, residual, pinned }
+  return { conditions, residual, pinned, anyEncoding: sameKeys }
 }
 
 /** The sort fields left once pinned ones are dropped. */
@@ -162,10 +170,15 @@ export function plan(shape: FilterShape, sort: Sort | undefined, limited: boolea
   let best: { plan: IndexPlan; score: number } | undefined
   for (const index of indexes) {
     if (index.partial && !implies(shape, index.partial)) continue
+    // An index of an older key encoding (being rebuilt): only for values whose keys it writes
+    // alike, and with everything checked on the documents (its keys of other values may not
+    // read back as they were written).
+    const older = index.encoding !== undefined && index.encoding !== KEY_ENCODING
+    if (older && !shape.anyEncoding) continue
     const { fields } = index
     let combos: KeyPart[][] = [[]]
     let prefix = 0
-    let exact = !shape.residual && !index.multikey
+    let exact = !shape.residual && !index.multikey && !older
     const decided = new Set<string>()
     for (const field of fields) {
       const condition = shape.conditions.get(field)
@@ -183,7 +196,7 @@ export function plan(shape: FilterShape, sort: Sort | undefined, limited: boolea
       exact &&= range.exact
     }
     const checks: IndexPlan['checks'] = []
-    if (!index.multikey) {
+    if (!index.multikey && !older) {
       fields.forEach((field, position) => {
         const condition = shape.conditions.get(field)
         if (!condition || decided.has(field)) return

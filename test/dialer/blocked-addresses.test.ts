@@ -35,6 +35,16 @@ for (const store of STORES) {
       t.same(res.json, { blocked: 0, skipped: 1 })
     })
 
+    t.test('blocking a long address followed by U+0000 and more does not count as blocking the address itself', async t => {
+      const real = `victim${'q'.repeat(64)}@example.com`
+      const decoy = await call(base, 'POST', path, { body: { address: `${real}\0x`, addressType: 'email' } })
+      t.same(decoy.json, { blocked: 1, skipped: 0 })
+      const res = await call(base, 'POST', path, { body: { address: real, addressType: 'email' } })
+      t.same(res.json, { blocked: 1, skipped: 0 }, 'the address itself is blocked, not skipped')
+      const listed = await call(base, 'GET', `${path}?addressType=email&address=${encodeURIComponent(real)}`)
+      t.equal(listed.json.total, 1, 'and listed once')
+    })
+
     t.test('missing address says address or addresses is required', async t => {
       for (const method of ['POST', 'DELETE']) {
         const res = await call(base, method, path, { body: { addressType: 'phone' } })

@@ -61,6 +61,16 @@ for (const store of STORES) {
       t.equal((await contactsOf(batchId)).total, 1000)
     })
 
+    t.test('two identifiers that differ only after U+0000 are two contacts, both stored', async t => {
+      const batchId = await createBatch(base)
+      const long = 'P'.repeat(70)
+      const op = await load(base, batchId, { contacts: [contact(1, { identifier: `${long}\0tail` }), contact(2, { identifier: long })] })
+      t.equal(op.insertedCount, 2, 'both inserted')
+      const listed = await contactsOf(batchId)
+      t.same(listed.data.map((c: { identifier: string }) => c.identifier).sort(), [long, `${long}\0tail`], 'both stored')
+      t.equal((await call(base, 'GET', `/dialer/v1/batches/${batchId}`)).json.totalContacts, 2, 'and counted')
+    })
+
     t.test('a contact without identifier gets a generated one', async t => {
       const batchId = await createBatch(base)
       const { identifier: _omit, ...anonymous } = contact(5)

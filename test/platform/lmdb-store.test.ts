@@ -567,6 +567,42 @@ t.test('an index declared counted after it had entries: counts from the start, i
   t.equal(second.indexDb('contacts', 'account_state').getCount(), 0, 'the entries of before are gone')
 })
 
+t.test('index entries that do not read back as they were written are removed all the same', async t => {
+  // Strings of 64 characters or more went into keys byte for byte (as older versions wrote
+  // them): a U+0001 inside reads back as the end of the string, so the key read back is not the
+  // key stored, and removing by it removed nothing.
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const entries = store.indexDb('things', 'k')
+  const leftovers = () => store.env.transaction(() => {
+    for (let i = 0; i < 3; i++) entries.putSync([3, `${'P'.repeat(70)}\u0001${i}`, `old${i}`], Buffer.alloc(0))
+  })
+  await leftovers()
+  const things = store.collection('things')
+  await things.insertMany([{ _id: 'a', k: 'x' }, { _id: 'b', k: 'y' }])
+  await store.ensureIndexes('things', [{ name: 'k', key: { k: 1 } }])
+  t.same([...entries.getKeys({})], [[3, 'x', 'a'], [3, 'y', 'b']], 'a build starts from an empty database')
+  await leftovers()
+  await store.ensureIndexes('things', [{ name: 'k', key: { k: 1 }, counted: true }])
+  await store.settled()
+  t.equal(entries.getCount(), 0, 'emptied in the background once the index is counted')
+})
+
+t.test('a unique index declared over long strings that share their first characters is built, and refused only for a value held twice', async t => {
+  // Keys cut strings: two documents with the same key may hold different strings.
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const refused = (p: Promise<unknown>) => p.then(() => false, e => e instanceof DuplicateKeyError)
+  const long = 'k'.repeat(300)
+  const distinct = store.collection('distinct')
+  await distinct.insertMany([{ _id: 'a', k: `${long}a` }, { _id: 'b', k: `${long}b` }, { _id: 'c', k: `${long}c` }])
+  await store.ensureIndexes('distinct', [{ name: 'k_unique', key: { k: 1 }, unique: true }])
+  t.ok(await refused(distinct.insertOne({ _id: 'd', k: `${long}b` })), 'built, and it holds')
+  const twice = store.collection('twice')
+  await twice.insertMany([{ _id: 'a', k: `${long}a` }, { _id: 'b', k: `${long}b` }, { _id: 'c', k: `${long}b` }])
+  t.ok(await refused(store.ensureIndexes('twice', [{ name: 'k_unique', key: { k: 1 }, unique: true }])), 'a value held twice refuses it')
+})
+
 t.test('a counted index never answers for values its keys cannot tell apart', async t => {
   const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
   t.teardown(() => store.close())
@@ -644,9 +680,9 @@ t.test('an index redefined over a large collection is built in the background: t
   await cut.close()
   const store = new LmdbStore({ path, sweepIntervalMs: 0 })
   t.teardown(() => store.close())
-  const started = performance.now()
   await store.ensureIndexes('contacts', [partial])
-  t.ok(performance.now() - started < 1000, 'the declaration does not wait for the build')
+  // Condition, not a stopwatch: the build still runs once the declaration has answered.
+  t.ok(store.declared('contacts').find(s => s.name === plain.name)?.building, 'the declaration does not wait for the build')
   const contacts = store.collection('contacts')
   const pending = async () => (await contacts.find({ batchId: 'b' })).filter(d => d.state === 'pending').map(d => d._id)
   // While it builds: writes move contacts in and out, queries answer from the old definition.
