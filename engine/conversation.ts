@@ -77,16 +77,32 @@ export const emptyDigest = (): ConversationDigest => ({ total: 0, visible: 0, us
 
 /** The digest after `message` (a new object; the input is not changed). */
 export function digestAdd(previous: ConversationDigest, message: ConversationMessage): ConversationDigest {
-  const digest = { ...previous, total: previous.total + 1 }
-  if (message.author === 'tool') return message.tool && !digest.tools.includes(message.tool) ? { ...digest, tools: [...digest.tools, message.tool] } : digest
-  if (message.source === 'whisper') return { ...digest, whispers: [...digest.whispers, clip(message.text, 80)].slice(-SUMMARY_NOTES) }
-  const visible = digest.visible + 1
+  const digest = { ...previous }
+  addToDigest(digest, message)
+  return digest
+}
+
+/** Counts `message` into `digest` in place; its lists are replaced, never changed (older digests may share them). */
+function addToDigest(digest: ConversationDigest, message: ConversationMessage) {
+  digest.total++
+  if (message.author === 'tool') {
+    if (message.tool && !digest.tools.includes(message.tool)) digest.tools = [...digest.tools, message.tool]
+    return
+  }
+  if (message.source === 'whisper') {
+    digest.whispers = [...digest.whispers, clip(message.text, 80)].slice(-SUMMARY_NOTES)
+    return
+  }
+  digest.visible++
   if (message.author === 'user') {
     const text = clip(message.text)
-    return { ...digest, visible, users: digest.users + 1, firstUser: digest.firstUser ?? text, lastUser: text }
+    digest.users++
+    digest.firstUser ??= text
+    digest.lastUser = text
+  } else if (message.author === 'assistant' || message.author === 'agent') {
+    digest.assistants++
+    digest.lastAssistant = clip(message.text)
   }
-  if (message.author === 'assistant' || message.author === 'agent') return { ...digest, visible, assistants: digest.assistants + 1, lastAssistant: clip(message.text) }
-  return { ...digest, visible }
 }
 
 export const digestOf = (messages: ConversationMessage[]) => messages.reduce(digestAdd, emptyDigest())
@@ -158,7 +174,8 @@ export class Conversation {
 
   constructor(state: ConversationState) {
     this.messages = state.messages
-    this.digest = state.digest
+    // Its own copy: counted into in place.
+    this.digest = { ...state.digest }
     this.arguments = state.arguments
     this.turnAfter = state.turnAfter
     this.bytes = state.messages.reduce((sum, m) => sum + sizeOf(m), 0)
@@ -182,7 +199,7 @@ export class Conversation {
   }
 
   state(): ConversationState {
-    return { messages: this.messages.slice(), digest: this.digest, arguments: this.arguments, turnAfter: this.turnAfter }
+    return { messages: this.messages.slice(), digest: { ...this.digest }, arguments: this.arguments, turnAfter: this.turnAfter }
   }
 
   /** Takes one history entry (engine/session-effects.ts writes them) into the conversation. */
@@ -233,7 +250,7 @@ export class Conversation {
 
   private add(...added: ConversationMessage[]) {
     for (const message of added) {
-      this.digest = digestAdd(this.digest, message)
+      addToDigest(this.digest, message)
       this.messages.push(message)
       this.bytes += sizeOf(message)
     }
@@ -252,7 +269,7 @@ export class Conversation {
     const start = this.turnAfter === null ? 0 : messages.findIndex(m => m.id === this.turnAfter) + 1 || messages.length
     let at = messages.length
     while (at > start && messages[at - 1]!.author === 'user') at--
-    this.digest = digestAdd(this.digest, message)
+    addToDigest(this.digest, message)
     messages.splice(at, 0, message)
     this.bytes += sizeOf(message)
     this.trim()

@@ -7,7 +7,7 @@ import { ApiError } from './errors.js'
 export interface RequestHead {
   method: string
   url: string
-  query: URLSearchParams
+  readonly query: URLSearchParams
   headers: Record<string, string>
   params: Record<string, string>
   /**
@@ -95,10 +95,14 @@ export function readHead(req: HttpRequest, res: HttpResponse, names: string[], l
   // URLSearchParams silently turns a bad escape into U+FFFD; a client that sent one gets told.
   if (!problem && tryDecode(rawQuery.replace(/\+/g, ' ')) === undefined) problem = invalidUrlEncoding('query string')
   let remoteAddress: string | undefined
+  let query: URLSearchParams | undefined
   return {
     method: req.getMethod(),
     url,
-    query: new URLSearchParams(rawQuery),
+    // Parsed when first read: most requests (a message, a listen) have no query string.
+    get query() {
+      return (query ??= new URLSearchParams(rawQuery))
+    },
     headers,
     params,
     get remoteAddress() {

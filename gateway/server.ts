@@ -47,7 +47,8 @@ const ANONYMOUS: Principal = { keyId: 'anonymous', keyName: 'anonymous', account
 const UNMATCHED = '(unmatched)'
 /** A client's X-Request-Id is echoed and logged only when it is short and plain. */
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
-const NO_BODY: Promise<Buffer> = Promise.resolve(Buffer.alloc(0))
+const NO_BYTES = Buffer.alloc(0)
+const NO_BODY: Promise<Buffer> = Promise.resolve(NO_BYTES)
 
 /** One request on its way through the gateway: what fail/finish need to answer and account. */
 interface Exchange {
@@ -170,19 +171,24 @@ export class Gateway {
     // A key verified lately, while no address is held back for failures: no digest, nothing awaited (gateway/auth.ts).
     const known = route.role === null || this.options.authThrottle.active ? undefined : this.options.keys.verified(head.headers['apikey'])
     const principal = known && known.roles.has(route.role!) ? known : await this.authorize(route, head)
-    const base = {
+    const maxJsonDepth = this.options.maxJsonDepth
+    // Built whole (no spread: it would read the query getter and parse every query string).
+    const context = (bytes: Buffer): RequestContext => ({
       method: head.method,
       url: head.url,
       params: head.params,
-      query: head.query,
+      get query() {
+        return head.query
+      },
       headers: head.headers,
       principal,
       requestId,
       aborted: reply.abortedPromise,
-    }
-    if (route.kind === 'upload') return this.respond(reply, await route.handle(base, body as BodyStream), requestId)
-    const bytes = await (body as Promise<Buffer>)
-    const ctx: RequestContext = { ...base, body: bytes, json: () => parseJsonBody(bytes, this.options.maxJsonDepth) }
+      body: bytes,
+      json: () => parseJsonBody(bytes, maxJsonDepth),
+    })
+    if (route.kind === 'upload') return this.respond(reply, await route.handle(context(NO_BYTES), body as BodyStream), requestId)
+    const ctx = context(await (body as Promise<Buffer>))
     if (route.kind === 'stream') {
       await route.open(ctx, headers => {
         const sink = reply.stream(

@@ -156,8 +156,9 @@ export class SessionRecorder {
     if (counts.lastUserAt !== undefined) set.last_user_at = counts.lastUserAt
     if (counts.lastAssistantAt !== undefined) set.last_assistant_at = counts.lastAssistantAt
     if (counts.lastMessage) set.last_message = counts.lastMessage
+    // A record of an older version has no seq yet: it is taken as covering none (null matches a missing field).
     await this.records.updateOne(
-      { _id: sessionId, end_time: null, $or: [{ log_position: span.from }, { log_position: { $exists: false } }] },
+      { _id: sessionId, end_time: null, log_position: span.from === 0 ? { $in: [0, null] } : span.from },
       { $inc: { messages: user + assistant, user_messages: user, assistant_messages: assistant, tool_calls: counts.toolCalls ?? 0 }, $set: set },
     )
   }
