@@ -66,7 +66,7 @@ export interface WriteBehindOptions {
   retryMs?: number
   /**
    * How long a batch waits for more sessions' changes before it is written (ENGINE_WRITE_WINDOW_MS;
-   * 0: the next macrotask). Fewer, larger commits: each costs the store a flush to disk.
+   * 0: the next macrotask; 2 by default). Fewer, larger commits: each costs the store a flush to disk.
    */
   windowMs?: number
 }

@@ -326,7 +326,7 @@ export function loadConfig(env: Env = process.env): Config {
       hibernateAfterMs: int(env, 'ENGINE_HIBERNATE_AFTER_MS', 10_000, 0),
       checkpointEntries: int(env, 'ENGINE_CHECKPOINT_ENTRIES', 60, 1),
       recordFlushMs: int(env, 'ENGINE_RECORD_FLUSH_MS', 5_000, 0),
-      writeWindowMs: int(env, 'ENGINE_WRITE_WINDOW_MS', 0, 0),
+      writeWindowMs: int(env, 'ENGINE_WRITE_WINDOW_MS', 2, 0),
     },
     overload: {
       loopDelayMs: int(env, 'OVERLOAD_LOOP_DELAY_MS', 200, 0),
