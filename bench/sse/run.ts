@@ -559,6 +559,19 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     }
     console.log(`switchboard / ${BASELINE}: ${JSON.stringify(ratio, (_k, v) => (typeof v === 'number' ? Number(v.toFixed(2)) : v))}`)
   }
+  // The floor of the lighter design (server.ts `floor`), as a ratio to the same baseline.
+  const floor = summary.floor
+  if (floor && base) {
+    ratio = {
+      ...ratio,
+      floor: {
+        p99: floor.rates.map((r: any, i: number) => ({ rate: r.rate, ratio: r.p99 / base.rates[i].p99 })),
+        cpuPerMessage: floor.rates.map((r: any, i: number) => ({ rate: r.rate, ratio: r.cpuMsPerMessage / base.rates[i].cpuMsPerMessage })),
+        capacity: floor.capacity / base.capacity,
+      },
+    }
+    console.log(`floor / ${BASELINE}: ${JSON.stringify((ratio as any).floor, (_k, v) => (typeof v === 'number' ? Number(v.toFixed(2)) : v))}`)
+  }
   const machine = sb ? machineAlone() : null
   if (machine) {
     const perMessage = (target: string) => summary[target].rates.map((r: any) => `${f(r.cpuMsPerMessage, 3)} at ${r.rate}/s`).join(', ')

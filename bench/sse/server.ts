@@ -202,6 +202,154 @@ async function startUws(): Promise<number> {
   )
 }
 
+/**
+ * The floor of the lighter design: its essential parts and nothing else, to show what a turn
+ * must cost with them. uWebSockets.js as the bare server uses it; per session one XState actor
+ * of the real machine (engine/machine.ts) whose effects write the turn's history entries and
+ * SSE frames; the entries and the control state committed to the embedded store's ordered log
+ * (platform/store OrderedLog), one write per session per 2 ms window; the 201 once its entry is
+ * committed, as the service does. No generic gateway, hub, transport, conversation, report
+ * record, metrics or checkpoints.
+ */
+async function startFloor(): Promise<number> {
+  const { loadNativeUws } = await import('../../gateway/uws.js')
+  const { LmdbStore } = await import('../../platform/store/lmdb-store.js')
+  const { createActor } = await import('xstate')
+  const { initialContext, persistedControl, replyId, SESSION_EFFECTS, sessionMachine } = await import('../../engine/machine.js')
+  const uws = loadNativeUws()
+  const app = uws.App()
+  const store = new LmdbStore({ path: `/tmp/switchboard-floor-${randomUUID()}`, sweepIntervalMs: 0 })
+  const journal = store.orderedLog<unknown>('journal')
+  interface S {
+    id: string
+    res: import('../../gateway/uws.js').HttpResponse
+    open: boolean
+    beat: NodeJS.Timeout
+    actor: ReturnType<typeof createActor<typeof sessionMachine>>
+    seq: number
+    history: number
+    pending: { stream: string; position: number; value: unknown }[]
+    waiting: { seq: number; resolve: () => void }[]
+    frames: string
+    /** The last user message: its seq (what its 201 waits for) and text (what the reply says). */
+    user: { seq: number; text: string }
+  }
+  const sessions = new Map<string, S>()
+  const ofActor = new WeakMap<object, S>()
+  // Frames of one macrotask go in one write per stream; the journal's dirty sessions every 2 ms.
+  const toWrite = new Set<S>()
+  const frame = (s: S, event: string, data: unknown) => {
+    s.frames += frameText(++s.seq, event, data)
+    if (toWrite.size === 0) setImmediate(() => {
+      for (const w of toWrite) if (w.open) w.res.cork(() => void w.res.write(w.frames))
+      for (const w of toWrite) w.frames = ''
+      toWrite.clear()
+    })
+    toWrite.add(s)
+  }
+  const dirty = new Set<S>()
+  const log = (s: S, type: string, at: number, fields: Record<string, unknown>) => {
+    s.pending.push({ stream: s.id, position: ++s.history, value: { seq: s.history, at, type, ...fields } })
+    if (dirty.size === 0) setTimeout(flush, 2)
+    dirty.add(s)
+  }
+  const flush = () => {
+    for (const s of dirty) {
+      const records = s.pending
+      s.pending = []
+      const upTo = s.history
+      records.push({ stream: s.id, position: 0, value: { seq: upTo, control: persistedControl(s.actor.getSnapshot()) } })
+      void journal.write(records).then(() => {
+        const waiting = s.waiting
+        s.waiting = []
+        for (const w of waiting) (w.seq <= upTo ? w.resolve() : s.waiting.push(w))
+      })
+    }
+    dirty.clear()
+  }
+  const effects = Object.fromEntries(SESSION_EFFECTS.map(name => [name, () => {}])) as Record<string, (args: any) => void>
+  const on = (fn: (s: S, args: any) => void) => (args: any) => fn(ofActor.get(args.self)!, args)
+  effects.announceWaiting = on((s, { context }) => frame(s, 'crew.status.waiting', { sessionId: s.id, agentId: context.agentId }))
+  effects.recordUserMessage = on((s, { event }) => {
+    log(s, 'message.user', event.at, { consumerId: event.consumerId, text: event.text })
+    s.user = { seq: s.history, text: event.text }
+  })
+  effects.startTurn = on((s, { context, event }) => {
+    log(s, 'turn.started', event.at, { turnId: context.turnId, agentId: context.agentId, round: 0 })
+    frame(s, 'crew.status.writing', { sessionId: s.id, agentId: context.agentId, turnId: context.turnId })
+    const text = `You said: ${s.user.text}`
+    queueMicrotask(() => s.actor.send({ type: 'gen.completed', text, toolCalls: [], at: Date.now() }))
+  })
+  effects.recordReply = on((s, { context, event }) => {
+    const messageId = replyId(context)
+    log(s, 'message.assistant', event.at, { source: 'generated', messageId, turnId: context.turnId, agentId: context.agentId, text: event.text })
+    frame(s, 'assistant.response', { messageId, turnId: context.turnId, index: 0, delta: event.text })
+    frame(s, 'assistant.message', { sessionId: s.id, messageId, turnId: context.turnId, agentId: context.agentId, text: event.text, at: event.at })
+  })
+  const machine = sessionMachine.provide({ actions: effects })
+  const terms = { agents: ['general'], idleTimeoutMs: 600_000, maxToolRounds: 4 }
+  const readJson = (res: import('../../gateway/uws.js').HttpResponse, done: (body: any) => void) => {
+    let buffer: Buffer | null = null
+    res.onData((chunk, last) => {
+      const part = Buffer.from(chunk)
+      buffer = buffer ? Buffer.concat([buffer, part]) : part
+      if (!last) return
+      let body: any
+      try {
+        body = JSON.parse(buffer.toString('utf8'))
+      } catch {}
+      done(body)
+    })
+  }
+  app.post(`${CHANNEL}/:crewId`, (res, req) => {
+    const key = req.getHeader('apikey')
+    let aborted = false
+    res.onAborted(() => (aborted = true))
+    if (key !== KEY) return void res.cork(() => void res.writeStatus('401 Unauthorized').end('{"code":"UNAUTHORIZED"}'))
+    readJson(res, () => {
+      if (aborted) return
+      const id = randomUUID()
+      const consumerId = randomUUID()
+      const actor = createActor(machine, { input: initialContext(terms, 'general', Date.now()) })
+      const s: S = { id, res, open: true, actor, seq: 0, history: 0, pending: [], waiting: [], frames: '', user: { seq: 0, text: '' }, beat: setInterval(() => s.open && res.cork(() => void res.write(`id: ${s.seq}\n${heartbeat}`)), HEARTBEAT_MS) }
+      s.beat.unref()
+      ofActor.set(actor, s)
+      sessions.set(id, s)
+      res.onAborted(() => {
+        s.open = false
+        clearInterval(s.beat)
+        sessions.delete(id)
+      })
+      res.cork(() => void res.writeStatus('200 OK').writeHeader('Content-Type', 'text/event-stream').writeHeader('Cache-Control', 'no-cache'))
+      log(s, 'session.created', Date.now(), { crewId: 'demo', agentId: 'general', consumerId })
+      frame(s, 'Initialized', { sessionId: id, consumerId })
+      actor.start()
+    })
+  })
+  app.put(`${CHANNEL}/:sessionId/:consumerId`, (res, req) => {
+    const key = req.getHeader('apikey')
+    const sessionId = req.getParameter(0)
+    const consumerId = req.getParameter(1)
+    let aborted = false
+    res.onAborted(() => (aborted = true))
+    if (key !== KEY) return void res.cork(() => void res.writeStatus('401 Unauthorized').end('{"code":"UNAUTHORIZED"}'))
+    readJson(res, body => {
+      if (aborted) return
+      const s = sessions.get(sessionId)
+      if (!s || typeof body?.message !== 'string') return void res.cork(() => void res.writeStatus(s ? '400 Bad Request' : '404 Not Found').end('{"code":"BAD_REQUEST"}'))
+      s.actor.send({ type: 'user.message', text: body.message, consumerId, at: Date.now() })
+      // Acknowledged once the message's entry is committed.
+      s.waiting.push({
+        seq: s.user.seq,
+        resolve: () => aborted || res.cork(() => void res.writeStatus('201 Created').writeHeader('Content-Type', 'application/json').end(JSON.stringify({ sessionId, consumerId, status: 'accepted' }))),
+      })
+    })
+  })
+  return new Promise((resolve, reject) =>
+    app.listen('127.0.0.1', 0, socket => (socket ? resolve(uws.us_socket_local_port(socket as any)) : reject(new Error('uws listen failed')))),
+  )
+}
+
 function startNode(): Promise<number> {
   const streams = new Map<string, { res: ServerResponse; seq: number; turn: number }>()
   const server = createServer((req, res) => {
@@ -269,7 +417,7 @@ async function stopProfile() {
   profiling = null
 }
 
-const port = mode === 'uws' ? await startUws() : mode === 'node' || mode === 'baseline' ? await startNode() : await startSwitchboard()
+const port = mode === 'uws' ? await startUws() : mode === 'floor' ? await startFloor() : mode === 'node' || mode === 'baseline' ? await startNode() : await startSwitchboard()
 process.on('message', (m: any) => {
   if (m?.type === 'memory') process.send!({ type: 'memory', memory: memory() })
   if (m?.type === 'reset') {
