@@ -831,8 +831,10 @@ export class SessionHost {
     const eventSeq = Math.max(persisted.eventSeq, fromLog || persisted.eventSeqBound)
     // The report record counts the entries up to its own seq: those after it are counted again
     // from the journal (after a crash, counts not yet written with a checkpoint).
-    const counted = (await this.options.recorder.countedUpTo(sessionId)) ?? Number.MAX_SAFE_INTEGER
     const covered = persisted.checkpoint.logPosition
+    // No live record: nothing to count into. A record of an older version counted with its snapshot.
+    const stored = await this.options.recorder.countedUpTo(sessionId)
+    const counted = stored === null ? Number.MAX_SAFE_INTEGER : (stored ?? covered)
     const entries = await this.store.entriesAfter(sessionId, Math.min(covered, counted))
     const rebuilt = rebuild(persisted, entries)
     const origin: Origin = { conversation: rebuilt.conversation, seq: rebuilt.seq, checkpointed: covered, counted: Math.min(counted, rebuilt.seq), createdAt: persisted.checkpoint.createdAt, updatedAt: rebuilt.updatedAt }

@@ -156,17 +156,17 @@ export class SessionRecorder {
     if (counts.lastUserAt !== undefined) set.last_user_at = counts.lastUserAt
     if (counts.lastAssistantAt !== undefined) set.last_assistant_at = counts.lastAssistantAt
     if (counts.lastMessage) set.last_message = counts.lastMessage
-    // A record of an older version has no seq yet: it is taken as covering none (null matches a missing field).
+    // A record of an older version has no seq yet (null matches a missing field): its first counts take.
     await this.records.updateOne(
-      { _id: sessionId, end_time: null, log_position: span.from === 0 ? { $in: [0, null] } : span.from },
+      { _id: sessionId, end_time: null, log_position: { $in: [span.from, null] } },
       { $inc: { messages: user + assistant, user_messages: user, assistant_messages: assistant, tool_calls: counts.toolCalls ?? 0 }, $set: set },
     )
   }
 
-  /** The history seq a live session's record counts cover (null: no live record; 0: none counted, or an older record). */
-  async countedUpTo(sessionId: string): Promise<number | null> {
+  /** The history seq a live session's record counts cover (null: no live record; undefined: a record of an older version, which does not say). */
+  async countedUpTo(sessionId: string): Promise<number | null | undefined> {
     const record = await this.records.findOne({ _id: sessionId, end_time: null }, { projection: { log_position: 1 } })
-    return record ? (record.log_position ?? 0) : null
+    return record ? record.log_position : null
   }
 
   /** An attention flag is raised (again): its time and detail change, an earlier acknowledgement stays (older than it). */

@@ -74,7 +74,7 @@ interface Server {
   child: ChildProcess
   port: number
   key: string
-  memory(): Promise<{ rss: number; heapUsed: number; external: number; oldSpace: number }>
+  memory(): Promise<{ rss: number; rssAnon: number; rssFile: number; heapUsed: number; external: number; oldSpace: number }>
   reset(): Promise<void>
   stats(): Promise<ServerStats>
   /** Stats without ending the measured window. */
@@ -422,7 +422,7 @@ interface TargetRun {
   sessions: number
   rates: RateResult[]
   capacity: number
-  hold: { streams: number; openPerSecond: number; cpuMsPerOpen: number; rssPerSessionKiB: number; heapPerSessionKiB: number; justOpened: { rssPerSessionKiB: number; heapPerSessionKiB: number } }
+  hold: { streams: number; openPerSecond: number; cpuMsPerOpen: number; rssPerSessionKiB: number; rssAnonPerSessionKiB: number; rssFilePerSessionKiB: number; heapPerSessionKiB: number; justOpened: { rssPerSessionKiB: number; heapPerSessionKiB: number } }
 }
 
 async function runTarget(target: string, run: number): Promise<TargetRun> {
@@ -464,11 +464,13 @@ async function runTarget(target: string, run: number): Promise<TargetRun> {
       cpuMsPerOpen: opening.cpuMs / added,
       // The marginal cost of a held session (streams opened in this phase only, after GC on both ends).
       rssPerSessionKiB: (afterHold.rss - beforeHold.rss) / added / 1024,
+      rssAnonPerSessionKiB: (afterHold.rssAnon - beforeHold.rssAnon) / added / 1024,
+      rssFilePerSessionKiB: (afterHold.rssFile - beforeHold.rssFile) / added / 1024,
       heapPerSessionKiB: (afterHold.heapUsed - beforeHold.heapUsed) / added / 1024,
       justOpened: { rssPerSessionKiB: (justOpened.rss - beforeHold.rss) / added / 1024, heapPerSessionKiB: (justOpened.heapUsed - beforeHold.heapUsed) / added / 1024 },
     }
     console.error(
-      `   ${target} run ${run}: ${hold.streams} held, ${hold.openPerSecond.toFixed(0)} opened/s (server CPU ${hold.cpuMsPerOpen.toFixed(3)} ms per open); per session after ${HOLD_SETTLE_MS / 1000} s: ${hold.rssPerSessionKiB.toFixed(1)} KiB RSS, ${hold.heapPerSessionKiB.toFixed(1)} KiB heap` +
+      `   ${target} run ${run}: ${hold.streams} held, ${hold.openPerSecond.toFixed(0)} opened/s (server CPU ${hold.cpuMsPerOpen.toFixed(3)} ms per open); per session after ${HOLD_SETTLE_MS / 1000} s: ${hold.rssPerSessionKiB.toFixed(1)} KiB RSS (anonymous ${hold.rssAnonPerSessionKiB.toFixed(1)}, file-backed ${hold.rssFilePerSessionKiB.toFixed(1)}), ${hold.heapPerSessionKiB.toFixed(1)} KiB heap` +
         ` (just opened: ${hold.justOpened.rssPerSessionKiB.toFixed(1)} / ${hold.justOpened.heapPerSessionKiB.toFixed(1)})`,
     )
     for (const s of streams) s.socket.destroy()
@@ -529,6 +531,8 @@ if (import.meta.url === `file://${process.argv[1]}`) {
         openPerSecond: median(mine.map(r => r.hold.openPerSecond)),
         cpuMsPerOpen: median(mine.map(r => r.hold.cpuMsPerOpen)),
         rssPerSessionKiB: median(mine.map(r => r.hold.rssPerSessionKiB)),
+        rssAnonPerSessionKiB: median(mine.map(r => r.hold.rssAnonPerSessionKiB)),
+        rssFilePerSessionKiB: median(mine.map(r => r.hold.rssFilePerSessionKiB)),
         heapPerSessionKiB: median(mine.map(r => r.hold.heapPerSessionKiB)),
       },
     }

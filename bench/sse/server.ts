@@ -79,10 +79,22 @@ function resetStats() {
   gc.reset()
 }
 
+/** RSS by kind (Linux): anonymous (heaps, buffers) and file-backed (the embedded store's mapped file, code). */
+function rssKinds(): { anon: number; file: number } {
+  try {
+    const status = readFileSync('/proc/self/status', 'utf8')
+    const kib = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) * 1024
+    return { anon: kib('RssAnon'), file: kib('RssFile') + kib('RssShmem') }
+  } catch {
+    return { anon: 0, file: 0 }
+  }
+}
+
 function memory() {
   ;(globalThis as any).gc?.()
   const m = process.memoryUsage()
-  return { rss: m.rss, heapUsed: m.heapUsed, external: m.external, oldSpace: oldSpace() }
+  const kinds = rssKinds()
+  return { rss: m.rss, rssAnon: kinds.anon, rssFile: kinds.file, heapUsed: m.heapUsed, external: m.external, oldSpace: oldSpace() }
 }
 
 // ------------------------------------------------------------------ servers

@@ -342,3 +342,26 @@ t.test('records written before the blocks are migrated at start, in slices', asy
     })
   }
 })
+
+t.test("a live session's counts are added once per span of its history; a record of an older version takes its first span", async t => {
+  const store = new MemoryStore()
+  t.teardown(() => store.close())
+  const recorder = new SessionRecorder(store)
+  await recorder.ensureIndexes()
+  const start = Date.parse('2026-06-01T10:07:00Z')
+  await recorder.opened({ accountId: 'acme', crewId: 'crew-1', agentId: 'agent-a', startTime: start, sessionId: 'new' })
+  t.equal(await recorder.countedUpTo('new'), 0, 'a new record covers no entry yet')
+  await recorder.counted('new', { userMessages: 1, assistantMessages: 1 }, { from: 0, to: 4 })
+  await recorder.counted('new', { userMessages: 1, assistantMessages: 1 }, { from: 0, to: 4 })
+  await recorder.counted('new', { userMessages: 5 }, { from: 2, to: 9 })
+  t.match(await store.collection('session_records').findOne({ _id: 'new' }), { user_messages: 1, assistant_messages: 1, messages: 2, log_position: 4 }, 'repeated and stale spans are not counted')
+  t.equal(await recorder.countedUpTo('new'), 4)
+
+  // Written by an older version: no log_position.
+  await store.collection('session_records').insertOne({ _id: 'old', accountId: 'acme', crew_id: 'crew-1', session_id: 'old', agent_id: 'a', agents: ['a'], start_time: start, end_time: null, duration: null, status: 'active', messages: 2, user_messages: 1, assistant_messages: 1, tool_calls: 0, transfers: 0, end_reason: null })
+  t.equal(await recorder.countedUpTo('old'), undefined, 'an older record does not say what it covers')
+  await recorder.counted('old', { userMessages: 1 }, { from: 7, to: 9 })
+  await recorder.counted('old', { userMessages: 1 }, { from: 7, to: 9 })
+  t.match(await store.collection('session_records').findOne({ _id: 'old' }), { user_messages: 2, log_position: 9 }, 'its first span takes, once')
+  t.equal(await recorder.countedUpTo('nobody'), null, 'no live record')
+})
