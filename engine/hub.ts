@@ -37,6 +37,11 @@ class Consumer {
   /** Events held while the consumer catches up from the log, or before its stream opens. */
   held: { seq: number; body: string }[] | null = null
   retention: NodeJS.Timeout | null = null
+  /**
+   * Listens of this consumer waiting for the session's attach: it has no stream yet but holds
+   * its place, so it is neither evicted as detached nor let go by its retention meanwhile.
+   */
+  attaching = 0
   constructor(readonly id: string) {}
 }
 
@@ -110,13 +115,36 @@ export class ChannelHub {
     if (after > feed.position.seq) {
       throw new ApiError(400, 'INVALID_LAST_EVENT_ID', `Last-Event-ID ${after} was never sent (the session's last event is ${feed.position.seq})`)
     }
+    const added = !consumer
     if (!consumer) {
       if (feed.consumers.size >= this.options.maxConsumersPerSession && !this.evictDetached(feed)) {
         throw new ApiError(429, 'CONSUMER_LIMIT_REACHED', `Session ${feed.sessionId} already has ${this.options.maxConsumersPerSession} consumers`)
       }
       consumer = this.addConsumer(feed, resume.consumerId ?? randomUUID())
     }
-    await this.transport.command(target, { type: 'consumer.attach', consumerId: consumer.id })
+    consumer.attaching++
+    if (consumer.retention) {
+      clearTimeout(consumer.retention)
+      consumer.retention = null
+    }
+    try {
+      await this.transport.command(target, { type: 'consumer.attach', consumerId: consumer.id })
+    } catch (error) {
+      consumer.attaching--
+      // Refused (session gone, engine unreachable): the place is given back, or kept for a while
+      // as any detached consumer's is.
+      if (!consumer.stream && !consumer.attaching && feed.consumers.get(consumer.id) === consumer) {
+        if (added) this.forget(feed, consumer)
+        else this.retain(feed, consumer)
+      }
+      throw error
+    }
+    consumer.attaching--
+    // Let go meanwhile (the gateway stopping): no stream for a consumer the feed no longer has.
+    this.refuseWhileStopping()
+    if (feed.consumers.get(consumer.id) !== consumer) {
+      throw new ApiError(503, 'CONSUMER_DETACHED', `Consumer ${consumer.id} was let go while it attached; listen again`, {}, { 'Retry-After': '1' })
+    }
     if (consumer.stream) this.endStream(consumer) // the same consumer reconnected: the new stream takes over
     consumer.position = after
     consumer.held = []
@@ -189,7 +217,7 @@ export class ChannelHub {
 
   private evictDetached(feed: Feed): boolean {
     for (const consumer of feed.consumers.values()) {
-      if (!consumer.stream) {
+      if (!consumer.stream && !consumer.attaching) {
         this.forget(feed, consumer)
         return true
       }
@@ -226,11 +254,20 @@ export class ChannelHub {
       if (stream.closedByClient) this.metrics.sseClientDisconnects.inc()
       if (consumer.stream !== stream) return
       consumer.stream = null
-      if (feed.closed) return
-      consumer.retention = setTimeout(() => this.forget(feed, consumer), this.options.consumerRetentionMs)
-      consumer.retention.unref()
+      if (feed.closed || consumer.attaching) return
+      this.retain(feed, consumer)
     })
     return stream
+  }
+
+  /** A consumer without a stream keeps its place (and its position) for a while, then is forgotten. */
+  private retain(feed: Feed, consumer: Consumer) {
+    if (consumer.retention) clearTimeout(consumer.retention)
+    consumer.retention = setTimeout(() => {
+      consumer.retention = null
+      if (!consumer.stream && !consumer.attaching) this.forget(feed, consumer)
+    }, this.options.consumerRetentionMs)
+    consumer.retention.unref()
   }
 
   /** Sends what was held for the consumer (newer than its position); from now on it is live. */
