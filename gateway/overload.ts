@@ -11,7 +11,9 @@
 //     user messages are let in at the pace the loop can serve (gateway/paced-admission.ts),
 //     where their turn runs (the engine's check, `turn`; in a process that is both, the gateway's
 //     `message` check refuses one early when the pace has no room);
-//   - open streams on this process above OVERLOAD_MAX_STREAMS (new streams only);
+//   - channel streams on this process at OVERLOAD_MAX_STREAMS (new streams only; a place is
+//     taken when a stream is admitted, before it opens). Within it, one account may hold only
+//     its share (gateway/stream-shares.ts): past it, 429 ACCOUNT_STREAM_LIMIT, not 503;
 //   - assistant turns in flight on this process above ENGINE_MAX_TURNS_IN_FLIGHT (messages that
 //     would start a turn only).
 // What is refused: new sessions, new streams (listen) and user messages. Never refused: ending
@@ -19,6 +21,7 @@
 import { monitorEventLoopDelay, performance, type EventLoopUtilization, type IntervalHistogram } from 'node:perf_hooks'
 import { ApiError } from './errors.js'
 import { PACE_WINDOW_MS, PacedAdmission } from './paced-admission.js'
+import { StreamShares, type StreamPlace } from './stream-shares.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
 
@@ -27,8 +30,12 @@ export interface OverloadLimits {
   loopDelayMs: number
   /** Share of a window (percent) the event loop may be busy before new work is refused; 0 = never. */
   loopBusyPercent?: number
-  /** Open SSE streams on this process past which new streams are refused; 0 = no limit. */
+  /** Channel streams (a session's creator and listeners) this process holds at most; 0 = no limit. */
   maxStreams: number
+  /** The share of that limit one account may hold (percent; 100 = no share)... */
+  accountStreamsPercent?: number
+  /** ...but never fewer places than this. */
+  accountStreamsFloor?: number
   /** Assistant turns in flight on this process past which messages that start a turn are refused; 0 = no limit. */
   maxTurnsInFlight: number
   /** Retry-After (seconds) of a refusal. */
@@ -65,6 +72,8 @@ export class OverloadGuard {
   private pacedAt = 0
   /** Turns run in this process (it hosts an engine): the edge can look at their pace. */
   private turnsHere = false
+  /** Places for channel streams, with each account's share. */
+  readonly channelStreams: StreamShares
 
   constructor(
     readonly limits: OverloadLimits,
@@ -72,6 +81,12 @@ export class OverloadGuard {
     private readonly logger?: Logger,
   ) {
     this.pacing = limits.loopBusyPercent ? new PacedAdmission(limits.loopBusyPercent / 100) : null
+    const share = { accountPercent: limits.accountStreamsPercent ?? 100, accountFloor: limits.accountStreamsFloor ?? 1 }
+    const hooks = (kind: 'channel' | 'supervision') => ({
+      held: (n: number) => metrics?.streamPlacesHeld.set({ kind }, n),
+      accountRefused: () => metrics?.accountStreamsRefused.inc({ kind }),
+    })
+    this.channelStreams = new StreamShares('channel', { max: limits.maxStreams, ...share }, hooks('channel'))
   }
 
   /** A guard that never refuses (tests that build a platform by hand). */
@@ -158,17 +173,28 @@ export class OverloadGuard {
   }
 
   /**
-   * Throws 503 OVERLOADED (Retry-After) when new work of this kind cannot be taken now.
-   * `load`: the counts the caller knows (open streams for a stream, turns in flight for a message).
+   * A new channel stream of `accountId` (a session's creator, a listen). Answers its place, to
+   * be released when the stream closes (or at once when it never opens); throws 503 OVERLOADED
+   * as admit() does and past the process's limit of streams, 429 ACCOUNT_STREAM_LIMIT past the
+   * account's share of it.
    */
-  admit(kind: Admission, load: { streams?: number; turnsInFlight?: number } = {}) {
-    const { maxStreams, maxTurnsInFlight } = this.limits
+  admitStream(kind: 'session' | 'stream', accountId: string): StreamPlace {
+    this.admit(kind)
+    const shares = this.channelStreams
+    return shares.take(accountId, this.limits.retryAfterSeconds, () =>
+      this.refuse('streams', `This node holds its maximum of ${shares.limits.max} open streams; retry shortly (another node may take it)`),
+    )
+  }
+
+  /**
+   * Throws 503 OVERLOADED (Retry-After) when new work of this kind cannot be taken now (streams:
+   * admitStream, which also counts them). `load`: turns in flight, for a turn.
+   */
+  admit(kind: Admission, load: { turnsInFlight?: number } = {}) {
+    const { maxTurnsInFlight } = this.limits
     if (this.late) this.refuse('loop_delay', `The service is overloaded (event-loop delay ${Math.round(this.lastLoopDelayMs)} ms); retry shortly`)
     const paced = kind === 'message' || kind === 'turn'
     if (this.saturated && !paced) this.refuse('loop_busy', this.busyMessage())
-    if ((kind === 'stream' || kind === 'session') && maxStreams > 0 && (load.streams ?? 0) >= maxStreams) {
-      this.refuse('streams', `This node holds its maximum of ${maxStreams} open streams; retry shortly (another node may take it)`)
-    }
     if (kind === 'turn' && maxTurnsInFlight > 0 && (load.turnsInFlight ?? 0) >= maxTurnsInFlight) {
       this.refuse('turns', `This node runs its maximum of ${maxTurnsInFlight} assistant turns at once; retry shortly`)
     }

@@ -156,6 +156,12 @@ export interface Config {
     /** Percent of a 250 ms window the event loop may be busy (two windows in a row) before new work is refused; 0 = off. */
     loopBusyPercent: number
     maxStreams: number
+    /**
+     * One account's share of the process's streams (gateway/stream-shares.ts): this percent of
+     * maxStreams, never fewer than the floor; past it, 429 ACCOUNT_STREAM_LIMIT.
+     */
+    accountStreamsPercent: number
+    accountStreamsFloor: number
     maxTurnsInFlight: number
     retryAfterSeconds: number
   }
@@ -185,6 +191,12 @@ function int(env: Env, name: string, fallback: number, min = 0): number {
   if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be a whole number, got "${raw}"`)
   const value = Number(raw)
   if (value < min) throw new ConfigError(`${name} must be at least ${min}, got ${value}`)
+  return value
+}
+
+function percent(env: Env, name: string, fallback: number): number {
+  const value = int(env, name, fallback, 1)
+  if (value > 100) throw new ConfigError(`${name} must be at most 100, got ${value}`)
   return value
 }
 
@@ -332,6 +344,8 @@ export function loadConfig(env: Env = process.env): Config {
       loopDelayMs: int(env, 'OVERLOAD_LOOP_DELAY_MS', 200, 0),
       loopBusyPercent: int(env, 'OVERLOAD_LOOP_BUSY_PERCENT', 0, 0),
       maxStreams: int(env, 'OVERLOAD_MAX_STREAMS', 20_000, 0),
+      accountStreamsPercent: percent(env, 'OVERLOAD_ACCOUNT_STREAMS_PERCENT', 25),
+      accountStreamsFloor: int(env, 'OVERLOAD_ACCOUNT_STREAMS_FLOOR', 100, 1),
       maxTurnsInFlight: int(env, 'ENGINE_MAX_TURNS_IN_FLIGHT', 2000, 0),
       retryAfterSeconds: int(env, 'OVERLOAD_RETRY_AFTER_S', 1, 1),
     },
