@@ -68,7 +68,7 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
     hub,
     transport,
     node: undefined,
-    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(directory, presence), feedRoute(directory, platform.clock), watchRoute(transport, presence)],
+    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(directory, presence), feedRoute(directory, platform.clock, platform.overload), watchRoute(transport, presence, platform.overload)],
     async start() {
       await directory.ensureIndexes()
       await host.init()
@@ -165,7 +165,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     hub,
     transport,
     node,
-    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions, presence), feedRoute(sessions, platform.clock), watchRoute(transport, presence)] : [],
+    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions, presence), feedRoute(sessions, platform.clock, platform.overload), watchRoute(transport, presence, platform.overload)] : [],
     async start() {
       if (serving) await sessions.ensureIndexes()
       directory = await NodeDirectory.open(cluster.nc, timing, cluster.replicas)

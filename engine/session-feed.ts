@@ -8,6 +8,7 @@
 // a resumed feed may repeat the changes of that window, which a client applies by sessionId.
 import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gateway/sse.js'
 import { ApiError } from '../gateway/errors.js'
+import { OverloadGuard } from '../gateway/overload.js'
 import type { StreamRoute } from '../gateway/routes.js'
 import type { Clock } from '../platform/clock.js'
 import type { SessionDirectory } from './session-directory.js'
@@ -25,7 +26,7 @@ export interface FeedOptions {
 
 export const FEED_DEFAULTS: FeedOptions = { pollMs: 250, lagMs: 2000, heartbeatMs: 15_000, batch: 1000 }
 
-export function feedRoute(directory: SessionDirectory, clock: Clock, options: FeedOptions = FEED_DEFAULTS): StreamRoute {
+export function feedRoute(directory: SessionDirectory, clock: Clock, overload = OverloadGuard.off(), options: FeedOptions = FEED_DEFAULTS): StreamRoute {
   const heartbeats = new HeartbeatWheel(options.heartbeatMs, eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 }))
   return {
     kind: 'stream',
@@ -41,16 +42,22 @@ export function feedRoute(directory: SessionDirectory, clock: Clock, options: Fe
       '400': { description: 'USER_ID_REQUIRED, INVALID_USER_ID, INVALID_LAST_EVENT_ID' },
       '401': { description: 'Missing or unknown apikey' },
       '403': { description: 'The key lacks the admin role' },
+      '429': { description: "ACCOUNT_STREAM_LIMIT: the account holds its share of this node's supervision streams (Retry-After)" },
+      '503': { description: 'OVERLOADED: this node holds its maximum of supervision streams, or is overloaded (Retry-After)' },
     },
     async open(ctx, start) {
       userIdOf(ctx)
       const lastEventId = parseLastEventId(ctx.headers['last-event-id'] ?? ctx.query.get('lastEventId'))
       if (lastEventId === null) throw new ApiError(400, 'INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
       const accountId = ctx.principal.accountId
+      // Each open feed queries the store every tick: they are counted, per account and in all.
+      const place = overload.admitStream('supervision', accountId)
       // A fresh feed starts now (the listing gives the current state); a resumed one after its id.
       let position = lastEventId ?? clock.now()
       const sent = new Map<string, number>()
       const sink = start({ 'cache-control': 'no-cache' })
+      place.opened = true
+      sink.onClose(() => place.release())
       const stream = new SseStream(sink, { heartbeats, currentId: () => position, onDropped: () => stream.end() })
       stream.send(position, eventBody('feed.ready', { since: position }))
       let timer: NodeJS.Timeout | undefined

@@ -11,13 +11,15 @@
 //     user messages are let in at the pace the loop can serve (gateway/paced-admission.ts),
 //     where their turn runs (the engine's check, `turn`; in a process that is both, the gateway's
 //     `message` check refuses one early when the pace has no room);
-//   - channel streams on this process at OVERLOAD_MAX_STREAMS (new streams only; a place is
-//     taken when a stream is admitted, before it opens). Within it, one account may hold only
-//     its share (gateway/stream-shares.ts): past it, 429 ACCOUNT_STREAM_LIMIT, not 503;
+//   - channel streams on this process at OVERLOAD_MAX_STREAMS, supervisors' feeds and watches at
+//     OVERLOAD_MAX_SUPERVISION_STREAMS (new streams only; a place is taken when a stream is
+//     admitted, before it opens). Within those, one account may hold only its share of each
+//     (gateway/stream-shares.ts): past it, 429 ACCOUNT_STREAM_LIMIT, not 503;
 //   - assistant turns in flight on this process above ENGINE_MAX_TURNS_IN_FLIGHT (messages that
 //     would start a turn only).
-// What is refused: new sessions, new streams (listen) and user messages. Never refused: ending
-// a session, administration, and the streams already open.
+// What is refused: new sessions, new streams (listen, supervisors' feeds and watches) and user
+// messages. Never refused: ending a session, administration's actions, and the streams already
+// open.
 import { monitorEventLoopDelay, performance, type EventLoopUtilization, type IntervalHistogram } from 'node:perf_hooks'
 import { ApiError } from './errors.js'
 import { PACE_WINDOW_MS, PacedAdmission } from './paced-admission.js'
@@ -32,7 +34,9 @@ export interface OverloadLimits {
   loopBusyPercent?: number
   /** Channel streams (a session's creator and listeners) this process holds at most; 0 = no limit. */
   maxStreams: number
-  /** The share of that limit one account may hold (percent; 100 = no share)... */
+  /** Supervisors' feeds and watch streams this process holds at most; 0 = no limit. */
+  maxSupervisionStreams?: number
+  /** The share of each of those limits one account may hold (percent; 100 = no share)... */
   accountStreamsPercent?: number
   /** ...but never fewer places than this. */
   accountStreamsFloor?: number
@@ -46,7 +50,7 @@ export interface OverloadLimits {
  * `message`: a user message at the edge (the gateway); `turn`: the same message where its turn
  * runs (the engine), checked after it (one process checks both when it is both).
  */
-export type Admission = 'session' | 'stream' | 'message' | 'turn'
+export type Admission = 'session' | 'stream' | 'supervision' | 'message' | 'turn'
 
 const WINDOW_MS = 250
 
@@ -72,8 +76,9 @@ export class OverloadGuard {
   private pacedAt = 0
   /** Turns run in this process (it hosts an engine): the edge can look at their pace. */
   private turnsHere = false
-  /** Places for channel streams, with each account's share. */
+  /** Places for channel streams, and for supervisors' feeds and watches, with each account's share. */
   readonly channelStreams: StreamShares
+  readonly supervisionStreams: StreamShares
 
   constructor(
     readonly limits: OverloadLimits,
@@ -87,6 +92,7 @@ export class OverloadGuard {
       accountRefused: () => metrics?.accountStreamsRefused.inc({ kind }),
     })
     this.channelStreams = new StreamShares('channel', { max: limits.maxStreams, ...share }, hooks('channel'))
+    this.supervisionStreams = new StreamShares('supervision', { max: limits.maxSupervisionStreams ?? 0, ...share }, hooks('supervision'))
   }
 
   /** A guard that never refuses (tests that build a platform by hand). */
@@ -173,16 +179,18 @@ export class OverloadGuard {
   }
 
   /**
-   * A new channel stream of `accountId` (a session's creator, a listen). Answers its place, to
-   * be released when the stream closes (or at once when it never opens); throws 503 OVERLOADED
-   * as admit() does and past the process's limit of streams, 429 ACCOUNT_STREAM_LIMIT past the
-   * account's share of it.
+   * A new stream of `accountId`: a channel stream (a session's creator, a listen) or a
+   * supervisor's feed or watch. Answers its place, to be released when the stream closes (or
+   * at once when it never opens); throws 503 OVERLOADED as admit() does and past the process's
+   * limit of such streams, 429 ACCOUNT_STREAM_LIMIT past the account's share of it.
    */
-  admitStream(kind: 'session' | 'stream', accountId: string): StreamPlace {
+  admitStream(kind: 'session' | 'stream' | 'supervision', accountId: string): StreamPlace {
     this.admit(kind)
-    const shares = this.channelStreams
+    const shares = kind === 'supervision' ? this.supervisionStreams : this.channelStreams
     return shares.take(accountId, this.limits.retryAfterSeconds, () =>
-      this.refuse('streams', `This node holds its maximum of ${shares.limits.max} open streams; retry shortly (another node may take it)`),
+      kind === 'supervision'
+        ? this.refuse('supervision_streams', `This node holds its maximum of ${shares.limits.max} supervision streams (feeds and watches); retry shortly (another node may take it)`)
+        : this.refuse('streams', `This node holds its maximum of ${shares.limits.max} open streams; retry shortly (another node may take it)`),
     )
   }
 
@@ -208,7 +216,7 @@ export class OverloadGuard {
     return `The service is overloaded (event loop busy ${Math.round(100 * this.lastLoopBusy)} % of the time); retry shortly`
   }
 
-  private refuse(reason: 'loop_delay' | 'loop_busy' | 'streams' | 'turns', message: string): never {
+  private refuse(reason: 'loop_delay' | 'loop_busy' | 'streams' | 'supervision_streams' | 'turns', message: string): never {
     this.metrics?.overloadRefused.inc({ reason })
     throw new ApiError(503, 'OVERLOADED', message, { reason }, { 'Retry-After': String(this.limits.retryAfterSeconds) })
   }

@@ -162,6 +162,8 @@ export interface Config {
      */
     accountStreamsPercent: number
     accountStreamsFloor: number
+    /** Supervisors' feeds and watch streams on this process (they poll the store); the same account share applies. */
+    maxSupervisionStreams: number
     maxTurnsInFlight: number
     retryAfterSeconds: number
   }
@@ -346,6 +348,7 @@ export function loadConfig(env: Env = process.env): Config {
       maxStreams: int(env, 'OVERLOAD_MAX_STREAMS', 20_000, 0),
       accountStreamsPercent: percent(env, 'OVERLOAD_ACCOUNT_STREAMS_PERCENT', 25),
       accountStreamsFloor: int(env, 'OVERLOAD_ACCOUNT_STREAMS_FLOOR', 100, 1),
+      maxSupervisionStreams: int(env, 'OVERLOAD_MAX_SUPERVISION_STREAMS', 1000, 0),
       maxTurnsInFlight: int(env, 'ENGINE_MAX_TURNS_IN_FLIGHT', 2000, 0),
       retryAfterSeconds: int(env, 'OVERLOAD_RETRY_AFTER_S', 1, 1),
     },
