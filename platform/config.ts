@@ -150,6 +150,13 @@ export interface Config {
     /** How long the sessions' write-behind gathers changes into one commit (0: the next macrotask). */
     writeWindowMs: number
   }
+  /** The supervisors' lifecycle feed (engine/session-feed.ts). */
+  supervision: {
+    /** How long after the time it carries a session record's write may land (write-behind, clocks of other nodes). */
+    feedLagMs: number
+    /** Records a feed reads per tick and cursor at most. */
+    feedBatch: number
+  }
   /** Overload control (gateway/overload.ts): past these, new work is refused with 503 and Retry-After. */
   overload: {
     loopDelayMs: number
@@ -341,6 +348,10 @@ export function loadConfig(env: Env = process.env): Config {
       checkpointEntries: int(env, 'ENGINE_CHECKPOINT_ENTRIES', 60, 1),
       recordFlushMs: int(env, 'ENGINE_RECORD_FLUSH_MS', 5_000, 0),
       writeWindowMs: int(env, 'ENGINE_WRITE_WINDOW_MS', 2, 0),
+    },
+    supervision: {
+      feedLagMs: int(env, 'SUPERVISION_FEED_LAG_MS', 2000, 0),
+      feedBatch: int(env, 'SUPERVISION_FEED_BATCH', 1000, 1),
     },
     overload: {
       loopDelayMs: int(env, 'OVERLOAD_LOOP_DELAY_MS', 200, 0),
