@@ -13,6 +13,7 @@ import { eventBody, HeartbeatWheel, SseStream } from '../gateway/sse.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
 import { OverloadGuard } from '../gateway/overload.js'
+import type { StreamPlace } from '../gateway/stream-shares.js'
 import { bodyOf, isNewer } from './event-log.js'
 import type { CreateSessionRequest, SessionTarget, SessionTransport, Subscription, TransportEvent } from './transport.js'
 
@@ -37,6 +38,11 @@ class Consumer {
   /** Events held while the consumer catches up from the log, or before its stream opens. */
   held: { seq: number; body: string }[] | null = null
   retention: NodeJS.Timeout | null = null
+  /**
+   * Listens of this consumer waiting for the session's attach: it has no stream yet but holds
+   * its place, so it is neither evicted as detached nor let go by its retention meanwhile.
+   */
+  attaching = 0
   constructor(readonly id: string) {}
 }
 
@@ -61,8 +67,6 @@ export class ChannelHub {
   private readonly subscribing = new Map<string, Promise<Feed>>()
   private readonly heartbeats: HeartbeatWheel
   private shuttingDown = false
-  /** Streams open on this gateway. */
-  private streamsOpen = 0
 
   constructor(
     private readonly transport: SessionTransport,
@@ -80,19 +84,23 @@ export class ChannelHub {
     start: (headers?: Record<string, string>) => StreamSink,
   ) {
     this.refuseWhileStopping()
-    this.overload.admit('session', { streams: this.streamsOpen })
-    const sessionId = randomUUID()
-    const consumerId = randomUUID()
-    const feed = new Feed(sessionId, request.accountId)
-    feed.queue = null // a new session: its first event is seq 1
-    const consumer = this.addConsumer(feed, consumerId)
-    consumer.held = [] // Initialized (seq 1) and what follows wait for the stream
-    feed.subscription = await this.transport.create({ ...request, sessionId, consumerId }, event => this.deliver(feed, event))
-    this.feeds.set(sessionId, feed)
-    const sink = start({ 'X-Session-Id': sessionId, 'X-Consumer-Id': consumerId })
-    this.attach(feed, consumer, sink)
-    this.release(feed, consumer)
-    if (feed.closed) this.endStream(consumer)
+    const place = this.overload.admitStream('session', request.accountId)
+    try {
+      const sessionId = randomUUID()
+      const consumerId = randomUUID()
+      const feed = new Feed(sessionId, request.accountId)
+      feed.queue = null // a new session: its first event is seq 1
+      const consumer = this.addConsumer(feed, consumerId)
+      consumer.held = [] // Initialized (seq 1) and what follows wait for the stream
+      feed.subscription = await this.transport.create({ ...request, sessionId, consumerId }, event => this.deliver(feed, event))
+      this.feeds.set(sessionId, feed)
+      const sink = start({ 'X-Session-Id': sessionId, 'X-Consumer-Id': consumerId })
+      this.attach(feed, consumer, sink, place)
+      this.release(feed, consumer)
+      if (feed.closed) this.endStream(consumer)
+    } finally {
+      if (!place.opened) place.release()
+    }
   }
 
   /** POST eventstream/{sessionId}/listen: a new consumer, or the resumption of one (any gateway). */
@@ -102,7 +110,23 @@ export class ChannelHub {
     start: (headers?: Record<string, string>) => StreamSink,
   ) {
     this.refuseWhileStopping()
-    this.overload.admit('stream', { streams: this.streamsOpen })
+    // Its place is taken now, while it waits for the feed and the attach: listens racing for
+    // the last places must not all pass before any of them opened.
+    const place = this.overload.admitStream('stream', target.accountId)
+    try {
+      await this.open(target, resume, start, place)
+    } finally {
+      if (!place.opened) place.release()
+    }
+  }
+
+  /** A listen admitted with its `place`, which its stream holds once open. */
+  private async open(
+    target: SessionTarget,
+    resume: { consumerId?: string; lastEventId?: number },
+    start: (headers?: Record<string, string>) => StreamSink,
+    place: StreamPlace,
+  ) {
     const feed = await this.feedFor(target)
     let consumer = resume.consumerId ? feed.consumers.get(resume.consumerId) : undefined
     // Without Last-Event-ID, a known consumer resumes after what it was last sent, a new one is live.
@@ -110,18 +134,41 @@ export class ChannelHub {
     if (after > feed.position.seq) {
       throw new ApiError(400, 'INVALID_LAST_EVENT_ID', `Last-Event-ID ${after} was never sent (the session's last event is ${feed.position.seq})`)
     }
+    const added = !consumer
     if (!consumer) {
       if (feed.consumers.size >= this.options.maxConsumersPerSession && !this.evictDetached(feed)) {
         throw new ApiError(429, 'CONSUMER_LIMIT_REACHED', `Session ${feed.sessionId} already has ${this.options.maxConsumersPerSession} consumers`)
       }
       consumer = this.addConsumer(feed, resume.consumerId ?? randomUUID())
     }
-    await this.transport.command(target, { type: 'consumer.attach', consumerId: consumer.id })
+    consumer.attaching++
+    if (consumer.retention) {
+      clearTimeout(consumer.retention)
+      consumer.retention = null
+    }
+    try {
+      await this.transport.command(target, { type: 'consumer.attach', consumerId: consumer.id })
+    } catch (error) {
+      consumer.attaching--
+      // Refused (session gone, engine unreachable): the place is given back, or kept for a while
+      // as any detached consumer's is.
+      if (!consumer.stream && !consumer.attaching && feed.consumers.get(consumer.id) === consumer) {
+        if (added) this.forget(feed, consumer)
+        else this.retain(feed, consumer)
+      }
+      throw error
+    }
+    consumer.attaching--
+    // Let go meanwhile (the gateway stopping): no stream for a consumer the feed no longer has.
+    this.refuseWhileStopping()
+    if (feed.consumers.get(consumer.id) !== consumer) {
+      throw new ApiError(503, 'CONSUMER_DETACHED', `Consumer ${consumer.id} was let go while it attached; listen again`, {}, { 'Retry-After': '1' })
+    }
     if (consumer.stream) this.endStream(consumer) // the same consumer reconnected: the new stream takes over
     consumer.position = after
     consumer.held = []
     const sink = start({ 'X-Session-Id': feed.sessionId, 'X-Consumer-Id': consumer.id })
-    const stream = this.attach(feed, consumer, sink)
+    const stream = this.attach(feed, consumer, sink, place)
     const attached = { sessionId: feed.sessionId, consumerId: consumer.id, ...(resume.lastEventId !== undefined ? { resumed: true, lastEventId: after } : {}) }
     stream.send(after, eventBody('session.consumer.attached', attached))
     if (after < feed.position.seq) await this.catchUp(feed, consumer, stream, after)
@@ -189,7 +236,7 @@ export class ChannelHub {
 
   private evictDetached(feed: Feed): boolean {
     for (const consumer of feed.consumers.values()) {
-      if (!consumer.stream) {
+      if (!consumer.stream && !consumer.attaching) {
         this.forget(feed, consumer)
         return true
       }
@@ -206,8 +253,8 @@ export class ChannelHub {
     }
   }
 
-  /** Opens `sink` as `consumer`'s stream (frames are sent by the caller). */
-  private attach(feed: Feed, consumer: Consumer, sink: StreamSink): SseStream {
+  /** Opens `sink` as `consumer`'s stream (frames are sent by the caller); it holds `place` until it closes. */
+  private attach(feed: Feed, consumer: Consumer, sink: StreamSink, place: StreamPlace): SseStream {
     if (consumer.retention) {
       clearTimeout(consumer.retention)
       consumer.retention = null
@@ -219,18 +266,27 @@ export class ChannelHub {
     })
     consumer.stream = stream
     this.metrics.sseStreamsOpen.inc()
-    this.streamsOpen++
+    place.opened = true
     sink.onClose(() => {
       this.metrics.sseStreamsOpen.dec()
-      this.streamsOpen--
+      place.release()
       if (stream.closedByClient) this.metrics.sseClientDisconnects.inc()
       if (consumer.stream !== stream) return
       consumer.stream = null
-      if (feed.closed) return
-      consumer.retention = setTimeout(() => this.forget(feed, consumer), this.options.consumerRetentionMs)
-      consumer.retention.unref()
+      if (feed.closed || consumer.attaching) return
+      this.retain(feed, consumer)
     })
     return stream
+  }
+
+  /** A consumer without a stream keeps its place (and its position) for a while, then is forgotten. */
+  private retain(feed: Feed, consumer: Consumer) {
+    if (consumer.retention) clearTimeout(consumer.retention)
+    consumer.retention = setTimeout(() => {
+      consumer.retention = null
+      if (!consumer.stream && !consumer.attaching) this.forget(feed, consumer)
+    }, this.options.consumerRetentionMs)
+    consumer.retention.unref()
   }
 
   /** Sends what was held for the consumer (newer than its position); from now on it is live. */

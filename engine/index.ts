@@ -14,7 +14,7 @@ import type { AssistantProvider } from './providers/types.js'
 import { adminRoutes } from './routes/admin.js'
 import { supervisionRoutes } from './routes/supervision.js'
 import { SessionDirectory } from './session-directory.js'
-import { feedRoute } from './session-feed.js'
+import { FEED_DEFAULTS, feedRoute } from './session-feed.js'
 import { Presence, watchRoute } from './session-watch.js'
 import { channelRoutes, listenPath } from './routes/channel.js'
 import { InProcessTransport, type SessionTransport } from './transport.js'
@@ -68,7 +68,7 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
     hub,
     transport,
     node: undefined,
-    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(directory, presence), feedRoute(directory, platform.clock), watchRoute(transport, presence)],
+    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(directory, presence), ...supervisionStreams(platform, directory, transport, presence)],
     async start() {
       await directory.ensureIndexes()
       await host.init()
@@ -81,6 +81,15 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
       await host.stop()
     },
   }
+}
+
+/** The supervisors' lifecycle feed and watch streams. */
+function supervisionStreams(platform: Platform, directory: SessionDirectory, transport: SessionTransport, presence: Presence) {
+  const { feedLagMs, feedBatch } = platform.config.supervision
+  return [
+    feedRoute(directory, platform.clock, platform.overload, { ...FEED_DEFAULTS, lagMs: feedLagMs, batch: feedBatch }),
+    watchRoute(transport, presence, platform.overload),
+  ]
 }
 
 /** The actor host of this process; clustered nodes add leases and publishing. */
@@ -165,7 +174,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     hub,
     transport,
     node,
-    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions, presence), feedRoute(sessions, platform.clock), watchRoute(transport, presence)] : [],
+    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions, presence), ...supervisionStreams(platform, sessions, transport, presence)] : [],
     async start() {
       if (serving) await sessions.ensureIndexes()
       directory = await NodeDirectory.open(cluster.nc, timing, cluster.replicas)

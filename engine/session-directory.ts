@@ -27,6 +27,12 @@ export interface ListingQuery {
   cursor?: ListingCursor
 }
 
+/** A position in the (updated_at, _id) order of the records: the last change read (engine/session-feed.ts). */
+export interface ChangeCursor {
+  at: number
+  id: string
+}
+
 /** A position in the (start_time desc, id desc) order: the last row of the previous page. */
 export interface ListingCursor {
   startTime: number
@@ -112,14 +118,23 @@ export class SessionDirectory {
   ensureIndexes() {
     return this.store.ensureIndexes(SESSION_RECORDS, [
       { name: 'account_start_id', key: { accountId: 1, start_time: -1, _id: -1 }, partitionFields: 1 },
-      // The lifecycle feed (engine/session-feed.ts): the account's records changed since a time.
-      { name: 'account_updated', key: { accountId: 1, updated_at: 1 }, partitionFields: 1 },
+      // The lifecycle feed (engine/session-feed.ts): the account's records in (updated_at, _id)
+      // order from a cursor. With _id in the key MongoDB serves that sort from the index and
+      // stops at the limit, instead of sorting every record changed since in memory.
+      { name: 'account_updated', key: { accountId: 1, updated_at: 1, _id: 1 }, partitionFields: 1 },
     ])
   }
 
-  /** Records of the account written after `since` (Unix ms), oldest change first. */
-  async changedSince(accountId: string, since: number, limit: number): Promise<SessionRecordDoc[]> {
-    return this.records.find({ accountId, updated_at: { $gt: since } }, { sort: { updated_at: 1 }, limit })
+  /**
+   * Records of the account after `after` in (updated_at, _id) order, up to `until` (Unix ms,
+   * inclusive) when given: at most `limit`, oldest change first.
+   */
+  async changesAfter(accountId: string, after: ChangeCursor, until: number | undefined, limit: number): Promise<SessionRecordDoc[]> {
+    const updated = until === undefined ? { $gte: after.at } : { $gte: after.at, $lte: until }
+    return this.records.find(
+      { accountId, updated_at: updated, $or: [{ updated_at: { $gt: after.at } }, { _id: { $gt: after.id } }] },
+      { sort: { updated_at: 1, _id: 1 }, limit },
+    )
   }
 
   async list(q: ListingQuery): Promise<ListingPage> {

@@ -5,6 +5,7 @@
 // transport directly, so it is no channel consumer (no consumer slot, no delivery position).
 // Presence: who watches which session, from the open watch streams of this process.
 import { ApiError } from '../gateway/errors.js'
+import { OverloadGuard } from '../gateway/overload.js'
 import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gateway/sse.js'
 import type { StreamRoute } from '../gateway/routes.js'
 import type { SessionTransport } from './transport.js'
@@ -34,7 +35,7 @@ export class Presence {
   }
 }
 
-export function watchRoute(transport: SessionTransport, presence: Presence, options = { pollMs: 300, heartbeatMs: 15_000 }): StreamRoute {
+export function watchRoute(transport: SessionTransport, presence: Presence, overload = OverloadGuard.off(), options = { pollMs: 300, heartbeatMs: 15_000 }): StreamRoute {
   const heartbeats = new HeartbeatWheel(options.heartbeatMs, eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 }))
   return {
     kind: 'stream',
@@ -51,6 +52,8 @@ export function watchRoute(transport: SessionTransport, presence: Presence, opti
       '401': { description: 'Missing or unknown apikey' },
       '403': { description: 'The key lacks the admin role' },
       '404': { description: "SESSION_NOT_FOUND (missing, destroyed, or another account's)" },
+      '429': { description: "ACCOUNT_STREAM_LIMIT: the account holds its share of this node's supervision streams (Retry-After)" },
+      '503': { description: 'OVERLOADED: this node holds its maximum of supervision streams, or is overloaded (Retry-After)' },
     },
     async open(ctx, start) {
       const userId = userIdOf(ctx)
@@ -58,9 +61,21 @@ export function watchRoute(transport: SessionTransport, presence: Presence, opti
       const lastEventId = parseLastEventId(ctx.headers['last-event-id'] ?? ctx.query.get('lastEventId'))
       if (lastEventId === null) throw new ApiError(400, 'INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
       let after = lastEventId ?? 0
-      // The history answers 404 for a missing or foreign session before the stream starts.
-      const first = (await transport.command(target, { type: 'query.history', after, limit: 1000 })) as { data: { seq: number }[] }
-      const sink = start({ 'cache-control': 'no-cache' })
+      // Each open watch polls the session's history: they are counted, per account and in all,
+      // from now on (watches racing for the last places must not all pass while they wait).
+      const place = overload.admitStream('supervision', target.accountId)
+      let first: { data: { seq: number }[] }
+      let sink: ReturnType<typeof start>
+      try {
+        // The history answers 404 for a missing or foreign session before the stream starts.
+        first = (await transport.command(target, { type: 'query.history', after, limit: 1000 })) as { data: { seq: number }[] }
+        sink = start({ 'cache-control': 'no-cache' })
+      } catch (error) {
+        place.release()
+        throw error
+      }
+      place.opened = true
+      sink.onClose(() => place.release())
       const stream = new SseStream(sink, { heartbeats, currentId: () => after, onDropped: () => stream.end() })
       presence.enter(target.sessionId, userId)
       // A first frame at once: a client sees the stream open even when nothing is new yet.

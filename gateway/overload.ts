@@ -11,14 +11,19 @@
 //     user messages are let in at the pace the loop can serve (gateway/paced-admission.ts),
 //     where their turn runs (the engine's check, `turn`; in a process that is both, the gateway's
 //     `message` check refuses one early when the pace has no room);
-//   - open streams on this process above OVERLOAD_MAX_STREAMS (new streams only);
+//   - channel streams on this process at OVERLOAD_MAX_STREAMS, supervisors' feeds and watches at
+//     OVERLOAD_MAX_SUPERVISION_STREAMS (new streams only; a place is taken when a stream is
+//     admitted, before it opens). Within those, one account may hold only its share of each
+//     (gateway/stream-shares.ts): past it, 429 ACCOUNT_STREAM_LIMIT, not 503;
 //   - assistant turns in flight on this process above ENGINE_MAX_TURNS_IN_FLIGHT (messages that
 //     would start a turn only).
-// What is refused: new sessions, new streams (listen) and user messages. Never refused: ending
-// a session, administration, and the streams already open.
+// What is refused: new sessions, new streams (listen, supervisors' feeds and watches) and user
+// messages. Never refused: ending a session, administration's actions, and the streams already
+// open.
 import { monitorEventLoopDelay, performance, type EventLoopUtilization, type IntervalHistogram } from 'node:perf_hooks'
 import { ApiError } from './errors.js'
 import { PACE_WINDOW_MS, PacedAdmission } from './paced-admission.js'
+import { StreamShares, type StreamPlace } from './stream-shares.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
 
@@ -27,8 +32,14 @@ export interface OverloadLimits {
   loopDelayMs: number
   /** Share of a window (percent) the event loop may be busy before new work is refused; 0 = never. */
   loopBusyPercent?: number
-  /** Open SSE streams on this process past which new streams are refused; 0 = no limit. */
+  /** Channel streams (a session's creator and listeners) this process holds at most; 0 = no limit. */
   maxStreams: number
+  /** Supervisors' feeds and watch streams this process holds at most; 0 = no limit. */
+  maxSupervisionStreams?: number
+  /** The share of each of those limits one account may hold (percent; 100 = no share)... */
+  accountStreamsPercent?: number
+  /** ...but never fewer places than this. */
+  accountStreamsFloor?: number
   /** Assistant turns in flight on this process past which messages that start a turn are refused; 0 = no limit. */
   maxTurnsInFlight: number
   /** Retry-After (seconds) of a refusal. */
@@ -39,7 +50,7 @@ export interface OverloadLimits {
  * `message`: a user message at the edge (the gateway); `turn`: the same message where its turn
  * runs (the engine), checked after it (one process checks both when it is both).
  */
-export type Admission = 'session' | 'stream' | 'message' | 'turn'
+export type Admission = 'session' | 'stream' | 'supervision' | 'message' | 'turn'
 
 const WINDOW_MS = 250
 
@@ -65,6 +76,9 @@ export class OverloadGuard {
   private pacedAt = 0
   /** Turns run in this process (it hosts an engine): the edge can look at their pace. */
   private turnsHere = false
+  /** Places for channel streams, and for supervisors' feeds and watches, with each account's share. */
+  readonly channelStreams: StreamShares
+  readonly supervisionStreams: StreamShares
 
   constructor(
     readonly limits: OverloadLimits,
@@ -72,6 +86,13 @@ export class OverloadGuard {
     private readonly logger?: Logger,
   ) {
     this.pacing = limits.loopBusyPercent ? new PacedAdmission(limits.loopBusyPercent / 100) : null
+    const share = { accountPercent: limits.accountStreamsPercent ?? 100, accountFloor: limits.accountStreamsFloor ?? 1 }
+    const hooks = (kind: 'channel' | 'supervision') => ({
+      held: (n: number) => metrics?.streamPlacesHeld.set({ kind }, n),
+      accountRefused: () => metrics?.accountStreamsRefused.inc({ kind }),
+    })
+    this.channelStreams = new StreamShares('channel', { max: limits.maxStreams, ...share }, hooks('channel'))
+    this.supervisionStreams = new StreamShares('supervision', { max: limits.maxSupervisionStreams ?? 0, ...share }, hooks('supervision'))
   }
 
   /** A guard that never refuses (tests that build a platform by hand). */
@@ -158,17 +179,30 @@ export class OverloadGuard {
   }
 
   /**
-   * Throws 503 OVERLOADED (Retry-After) when new work of this kind cannot be taken now.
-   * `load`: the counts the caller knows (open streams for a stream, turns in flight for a message).
+   * A new stream of `accountId`: a channel stream (a session's creator, a listen) or a
+   * supervisor's feed or watch. Answers its place, to be released when the stream closes (or
+   * at once when it never opens); throws 503 OVERLOADED as admit() does and past the process's
+   * limit of such streams, 429 ACCOUNT_STREAM_LIMIT past the account's share of it.
    */
-  admit(kind: Admission, load: { streams?: number; turnsInFlight?: number } = {}) {
-    const { maxStreams, maxTurnsInFlight } = this.limits
+  admitStream(kind: 'session' | 'stream' | 'supervision', accountId: string): StreamPlace {
+    this.admit(kind)
+    const shares = kind === 'supervision' ? this.supervisionStreams : this.channelStreams
+    return shares.take(accountId, this.limits.retryAfterSeconds, () =>
+      kind === 'supervision'
+        ? this.refuse('supervision_streams', `This node holds its maximum of ${shares.limits.max} supervision streams (feeds and watches); retry shortly (another node may take it)`)
+        : this.refuse('streams', `This node holds its maximum of ${shares.limits.max} open streams; retry shortly (another node may take it)`),
+    )
+  }
+
+  /**
+   * Throws 503 OVERLOADED (Retry-After) when new work of this kind cannot be taken now (streams:
+   * admitStream, which also counts them). `load`: turns in flight, for a turn.
+   */
+  admit(kind: Admission, load: { turnsInFlight?: number } = {}) {
+    const { maxTurnsInFlight } = this.limits
     if (this.late) this.refuse('loop_delay', `The service is overloaded (event-loop delay ${Math.round(this.lastLoopDelayMs)} ms); retry shortly`)
     const paced = kind === 'message' || kind === 'turn'
     if (this.saturated && !paced) this.refuse('loop_busy', this.busyMessage())
-    if ((kind === 'stream' || kind === 'session') && maxStreams > 0 && (load.streams ?? 0) >= maxStreams) {
-      this.refuse('streams', `This node holds its maximum of ${maxStreams} open streams; retry shortly (another node may take it)`)
-    }
     if (kind === 'turn' && maxTurnsInFlight > 0 && (load.turnsInFlight ?? 0) >= maxTurnsInFlight) {
       this.refuse('turns', `This node runs its maximum of ${maxTurnsInFlight} assistant turns at once; retry shortly`)
     }
@@ -182,7 +216,7 @@ export class OverloadGuard {
     return `The service is overloaded (event loop busy ${Math.round(100 * this.lastLoopBusy)} % of the time); retry shortly`
   }
 
-  private refuse(reason: 'loop_delay' | 'loop_busy' | 'streams' | 'turns', message: string): never {
+  private refuse(reason: 'loop_delay' | 'loop_busy' | 'streams' | 'supervision_streams' | 'turns', message: string): never {
     this.metrics?.overloadRefused.inc({ reason })
     throw new ApiError(503, 'OVERLOADED', message, { reason }, { 'Retry-After': String(this.limits.retryAfterSeconds) })
   }

@@ -150,12 +150,27 @@ export interface Config {
     /** How long the sessions' write-behind gathers changes into one commit (0: the next macrotask). */
     writeWindowMs: number
   }
+  /** The supervisors' lifecycle feed (engine/session-feed.ts). */
+  supervision: {
+    /** How long after the time it carries a session record's write may land (write-behind, clocks of other nodes). */
+    feedLagMs: number
+    /** Records a feed reads per tick and cursor at most. */
+    feedBatch: number
+  }
   /** Overload control (gateway/overload.ts): past these, new work is refused with 503 and Retry-After. */
   overload: {
     loopDelayMs: number
     /** Percent of a 250 ms window the event loop may be busy (two windows in a row) before new work is refused; 0 = off. */
     loopBusyPercent: number
     maxStreams: number
+    /**
+     * One account's share of the process's streams (gateway/stream-shares.ts): this percent of
+     * maxStreams, never fewer than the floor; past it, 429 ACCOUNT_STREAM_LIMIT.
+     */
+    accountStreamsPercent: number
+    accountStreamsFloor: number
+    /** Supervisors' feeds and watch streams on this process (they poll the store); the same account share applies. */
+    maxSupervisionStreams: number
     maxTurnsInFlight: number
     retryAfterSeconds: number
   }
@@ -185,6 +200,12 @@ function int(env: Env, name: string, fallback: number, min = 0): number {
   if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be a whole number, got "${raw}"`)
   const value = Number(raw)
   if (value < min) throw new ConfigError(`${name} must be at least ${min}, got ${value}`)
+  return value
+}
+
+function percent(env: Env, name: string, fallback: number): number {
+  const value = int(env, name, fallback, 1)
+  if (value > 100) throw new ConfigError(`${name} must be at most 100, got ${value}`)
   return value
 }
 
@@ -328,10 +349,17 @@ export function loadConfig(env: Env = process.env): Config {
       recordFlushMs: int(env, 'ENGINE_RECORD_FLUSH_MS', 5_000, 0),
       writeWindowMs: int(env, 'ENGINE_WRITE_WINDOW_MS', 2, 0),
     },
+    supervision: {
+      feedLagMs: int(env, 'SUPERVISION_FEED_LAG_MS', 2000, 0),
+      feedBatch: int(env, 'SUPERVISION_FEED_BATCH', 1000, 1),
+    },
     overload: {
       loopDelayMs: int(env, 'OVERLOAD_LOOP_DELAY_MS', 200, 0),
       loopBusyPercent: int(env, 'OVERLOAD_LOOP_BUSY_PERCENT', 0, 0),
       maxStreams: int(env, 'OVERLOAD_MAX_STREAMS', 20_000, 0),
+      accountStreamsPercent: percent(env, 'OVERLOAD_ACCOUNT_STREAMS_PERCENT', 25),
+      accountStreamsFloor: int(env, 'OVERLOAD_ACCOUNT_STREAMS_FLOOR', 100, 1),
+      maxSupervisionStreams: int(env, 'OVERLOAD_MAX_SUPERVISION_STREAMS', 1000, 0),
       maxTurnsInFlight: int(env, 'ENGINE_MAX_TURNS_IN_FLIGHT', 2000, 0),
       retryAfterSeconds: int(env, 'OVERLOAD_RETRY_AFTER_S', 1, 1),
     },

@@ -26,6 +26,10 @@ export interface Metrics {
   sessionsPersistenceStopped: Gauge
   sessionsHibernated: Gauge
   overloadRefused: Counter<'reason'>
+  /** Stream places taken on this process (gateway/stream-shares.ts), by kind: channel, supervision. */
+  streamPlacesHeld: Gauge<'kind'>
+  /** Streams refused 429 ACCOUNT_STREAM_LIMIT: the account held its share, by kind. */
+  accountStreamsRefused: Counter<'kind'>
   eventLoopDelayP99: Gauge
   messagePace: Gauge
 }
@@ -119,8 +123,20 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     }),
     overloadRefused: new Counter({
       name: 'switchboard_overload_refused_total',
-      help: 'New sessions, streams and messages refused with 503 because the process is past what it can serve, by reason (loop_delay, loop_busy, streams, turns)',
+      help: 'New sessions, streams and messages refused with 503 because the process is past what it can serve, by reason (loop_delay, loop_busy, streams, supervision_streams, turns)',
       labelNames: ['reason'],
+      registers,
+    }),
+    streamPlacesHeld: new Gauge({
+      name: 'switchboard_stream_places_held',
+      help: 'Stream places taken on this process (open streams and those being opened), by kind: channel (OVERLOAD_MAX_STREAMS), supervision (feeds and watches, OVERLOAD_MAX_SUPERVISION_STREAMS)',
+      labelNames: ['kind'],
+      registers,
+    }),
+    accountStreamsRefused: new Counter({
+      name: 'switchboard_account_streams_refused_total',
+      help: "New streams refused with 429 ACCOUNT_STREAM_LIMIT because the account held its share of the process's places, by kind (channel, supervision)",
+      labelNames: ['kind'],
       registers,
     }),
     eventLoopDelayP99: new Gauge({

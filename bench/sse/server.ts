@@ -114,6 +114,8 @@ async function startSwitchboard(): Promise<number> {
     CREWS_FILE: process.env.BENCH_CREWS_FILE!,
     DATA_DIR: `/tmp/switchboard-bench-${randomUUID()}`,
     SSE_HEARTBEAT_MS: String(HEARTBEAT_MS),
+    // One account holds every stream of the bench: its share is the whole process.
+    OVERLOAD_ACCOUNT_STREAMS_PERCENT: '100',
     ...JSON.parse(process.env.BENCH_SERVICE_ENV ?? '{}'),
   })
   const service = await startService(config, { logger: createLogger('silent') })
