@@ -7,7 +7,7 @@
 // The key itself is printed once at issue time; only its SHA-256 digest is stored.
 import { parseArgs } from 'node:util'
 import { ALL_ROLES, KeyRegistry } from '../gateway/auth.js'
-import type { Role } from '../gateway/routes.js'
+import type { Role } from '../platform/principal.js'
 import { embeddedStorePath, LmdbStore, MongoStore, type Store } from '../platform/store/index.js'
 
 const USAGE = `usage:

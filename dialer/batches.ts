@@ -1,9 +1,9 @@
 // Batches and their lifecycle. The state machine is a table so a supervisor can read it;
 // every move is one conditional update, so two concurrent requests cannot both win.
+import { NotFound, InvalidState } from '../platform/errors.js'
 import type { Collection, Store } from '../platform/store/index.js'
 import type { Clock } from '../platform/clock.js'
 import { newOrderedId } from '../platform/ids.js'
-import { conflict, notFound } from '../gateway/errors.js'
 import { type Actor, COLLECTIONS } from './collections.js'
 import type { LifecycleType } from './operations.js'
 
@@ -77,14 +77,14 @@ export class Batches {
   /** The account's batch; a missing, deleted or foreign batch is the same 404. */
   async get(accountId: string, batchId: string): Promise<BatchDoc> {
     const doc = await this.docs.findOne({ _id: batchId, accountId, status: { $nin: HIDDEN } })
-    if (!doc) throw notFound('Batch')
+    if (!doc) throw new NotFound('NOT_FOUND', 'Batch not found')
     return doc
   }
 
   async getWritable(accountId: string, batchId: string): Promise<BatchDoc> {
     const batch = await this.get(accountId, batchId)
     if (!WRITABLE.includes(batch.status)) {
-      throw conflict('BATCH_NOT_WRITABLE', `Contacts cannot be added to a batch in status ${batch.status}`, { status: batch.status })
+      throw new InvalidState('BATCH_NOT_WRITABLE', `Contacts cannot be added to a batch in status ${batch.status}`, { status: batch.status })
     }
     return batch
   }
@@ -108,7 +108,7 @@ export class Batches {
     )
     if (moved) return moved
     const current = await this.get(accountId, batchId)
-    throw conflict('INVALID_BATCH_TRANSITION', `Cannot ${type.slice('batch.'.length)} a batch in status ${current.status}`, {
+    throw new InvalidState('INVALID_BATCH_TRANSITION', `Cannot ${type.slice('batch.'.length)} a batch in status ${current.status}`, {
       status: current.status,
       allowedFrom: move.from,
     })

@@ -1,6 +1,6 @@
 // The account-wide blocked-address list (spec 2.5). A block's identity is
 // (account, addressType, address): the same number may be blocked for whatsapp and not phone.
-import { ApiError } from '../gateway/errors.js'
+import { Invalid } from '../platform/errors.js'
 import type { Collection, Store } from '../platform/store/index.js'
 import type { Clock } from '../platform/clock.js'
 import { stableId } from '../platform/ids.js'
@@ -46,7 +46,7 @@ export function normalizeAddress(type: AddressType, address: string): string {
 function addressesOf(body: { address?: string; addresses?: string[] }): string[] {
   const list = body.addresses ?? (body.address !== undefined ? [body.address] : [])
   if (list.length === 0) {
-    throw new ApiError(400, 'ADDRESS_REQUIRED', 'address or addresses is required: send "address" (one) or "addresses" (a non-empty array)')
+    throw new Invalid('ADDRESS_REQUIRED', 'address or addresses is required: send "address" (one) or "addresses" (a non-empty array)')
   }
   return list
 }
@@ -63,7 +63,7 @@ function checkFormats(type: AddressType, addresses: string[]) {
       meta: { received: address.length > 254 ? `${address.slice(0, 254)}…` : address },
     }))
   if (details.length > 0) {
-    throw new ApiError(400, 'VALIDATION_FAILED', `${details.length} address(es) are not valid ${type} addresses; nothing was blocked`, { details })
+    throw new Invalid('VALIDATION_FAILED', `${details.length} address(es) are not valid ${type} addresses; nothing was blocked`, { details })
   }
 }
 

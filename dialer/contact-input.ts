@@ -1,7 +1,7 @@
 // Parsing and validating the body of POST /batches/{id}/contacts (spec 2.1, 4.1, 7). Format
 // rules run before anything is queued; one invalid contact rejects the whole request and the
 // 400 lists every problem found.
-import { ApiError } from '../gateway/errors.js'
+import { Invalid } from '../platform/errors.js'
 import { schemas, type ValidationIssue } from '../schemas/index.js'
 import type { AddressDoc } from './collections.js'
 
@@ -57,11 +57,10 @@ function scheduleIssues(contacts: unknown[], now: number): ValidationIssue[] {
   return issues
 }
 
-function validationFailed(issues: ValidationIssue[]): ApiError {
+function validationFailed(issues: ValidationIssue[]): Invalid {
   const details = toDetails(issues)
   const contactsAffected = new Set(details.map(d => d.index).filter(i => i !== null)).size
-  return new ApiError(
-    400,
+  return new Invalid(
     'VALIDATION_FAILED',
     `Validation failed: ${details.length} problem(s) in ${contactsAffected} contact(s); nothing was queued`,
     { details },
@@ -74,19 +73,19 @@ function validationFailed(issues: ValidationIssue[]): ApiError {
  */
 export function parseContactsBody(body: unknown, now: number): ContactInput[] {
   if (body === undefined || body === null || (typeof body === 'object' && !Array.isArray(body) && Object.keys(body).length === 0)) {
-    throw new ApiError(400, 'NO_CONTACTS', 'The request contains no contact: send one contact object or { "contacts": [ ... ] } with 1 to 1000 contacts', { details: [] })
+    throw new Invalid('NO_CONTACTS', 'The request contains no contact: send one contact object or { "contacts": [ ... ] } with 1 to 1000 contacts', { details: [] })
   }
   if (typeof body !== 'object' || Array.isArray(body)) {
-    throw new ApiError(400, 'INVALID_BODY', 'The body must be a contact object or { "contacts": [ ... ] }', { details: [] })
+    throw new Invalid('INVALID_BODY', 'The body must be a contact object or { "contacts": [ ... ] }', { details: [] })
   }
   const multi = 'contacts' in body
   if (multi) {
     const list = (body as { contacts: unknown }).contacts
     if (Array.isArray(list) && list.length === 0) {
-      throw new ApiError(400, 'NO_CONTACTS', 'contacts is empty: send 1 to 1000 contacts', { details: [] })
+      throw new Invalid('NO_CONTACTS', 'contacts is empty: send 1 to 1000 contacts', { details: [] })
     }
     if (Array.isArray(list) && list.length > MAX_CONTACTS_PER_REQUEST) {
-      throw new ApiError(400, 'TOO_MANY_CONTACTS', `Received ${list.length} contacts; at most ${MAX_CONTACTS_PER_REQUEST} are accepted per request`, {
+      throw new Invalid('TOO_MANY_CONTACTS', `Received ${list.length} contacts; at most ${MAX_CONTACTS_PER_REQUEST} are accepted per request`, {
         details: [`received ${list.length} contacts, the maximum per request is ${MAX_CONTACTS_PER_REQUEST}`],
       })
     }

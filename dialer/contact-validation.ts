@@ -2,12 +2,12 @@
 // milliseconds to parse, check (JSON Schema, phone and date rules), copy into queued contacts
 // and encode, and leaves thousands of objects for the collector; on the loop that serves live
 // sessions that holds every stream. Large bodies go to a worker thread that runs the very same
-// loadFromBody (dialer/load-chunks.ts) and answers the ApiError to send (the 400 is the same
-// byte for byte) or the load's chunks as JSON text, which the loop queues without reading.
+// loadFromBody (dialer/load-chunks.ts) and answers the domain error to throw (the 400 is the
+// same byte for byte) or the load's chunks as JSON text, which the loop queues without reading.
 // Small bodies, or no worker (DIALER_VALIDATION_THREADS=0, or the worker failed), are handled
 // inline by the same function.
 import { Worker } from 'node:worker_threads'
-import { ApiError } from '../gateway/errors.js'
+import { domainError, type ErrorKind } from '../platform/errors.js'
 import { loadFromBody, type LoadRules, type PreparedLoad } from './load-chunks.js'
 
 /** Bodies below this are validated inline (a round trip to the worker costs more). */
@@ -16,7 +16,7 @@ const INLINE_BYTES = 16 * 1024
 export type ValidationRequest = { id: number; body: Uint8Array; rules: LoadRules }
 export type ValidationAnswer =
   | { id: number; load: PreparedLoad }
-  | { id: number; error: { status: number; code: string; message: string; extra: Record<string, unknown>; headers: Record<string, string> } }
+  | { id: number; error: { kind: ErrorKind; code: string; message: string; extra: Record<string, unknown>; retryAfterSeconds?: number } }
   | { id: number; failed: string }
 
 class ValidationWorker {
@@ -97,8 +97,8 @@ class ValidationPool {
     }
     validationCounts.offLoop++
     if ('error' in answer) {
-      const { status, code, message, extra, headers } = answer.error
-      throw new ApiError(status, code, message, extra, headers)
+      const { kind, code, message, extra, retryAfterSeconds } = answer.error
+      throw domainError(kind, code, message, extra, { retryAfterSeconds })
     }
     return answer.load
   }
@@ -115,7 +115,7 @@ const pools = new Map<number, ValidationPool>()
 export const validationCounts = { offLoop: 0, inline: 0 }
 
 /**
- * A load body checked and chunked as loadFromBody does (same ApiErrors), off the event loop
+ * A load body checked and chunked as loadFromBody does (same errors), off the event loop
  * when the body is large.
  */
 export function validateLoad(body: Buffer, rules: LoadRules, threads: number): Promise<PreparedLoad> {

@@ -1,5 +1,5 @@
 // Reading contacts back (the write path is loads.ts).
-import { notFound } from '../gateway/errors.js'
+import { NotFound } from '../platform/errors.js'
 import type { Collection, Store } from '../platform/store/index.js'
 import { COLLECTIONS, type ContactDoc, type ContactState } from './collections.js'
 
@@ -41,7 +41,7 @@ export class Contacts {
 
   async get(batchId: string, contactId: string) {
     const doc = await this.docs.findOne({ _id: contactId, batchId })
-    if (!doc) throw notFound('Contact')
+    if (!doc) throw new NotFound('NOT_FOUND', 'Contact not found')
     return contactView(doc)
   }
 }

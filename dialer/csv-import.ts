@@ -4,8 +4,8 @@
 // Nothing holds the whole file in memory.
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import { parse } from 'csv-parse'
-import { ApiError } from '../gateway/errors.js'
-import type { Principal } from '../gateway/auth.js'
+import { Invalid, Forbidden, NotFound, InvalidState, Unsupported, LimitReached } from '../platform/errors.js'
+import type { Principal } from '../platform/principal.js'
 import type { Platform } from '../platform/index.js'
 import type { BlobStore } from '../platform/blobs.js'
 import type { Delivery, WorkQueue } from '../platform/bus/index.js'
@@ -137,8 +137,8 @@ export class CsvImports {
     ).filter(u => u.state === 'uploaded' || u.urlExpiresAt.getTime() > now)
     if (held.length >= limit) {
       const frees = Math.min(...held.map(u => (u.state === 'awaiting' ? u.urlExpiresAt : u.expiresAt).getTime()))
-      throw new ApiError(429, 'UPLOAD_LIMIT_EXCEEDED', `This account holds ${held.length} upload URLs or files no batch has imported (limit ${limit}); import or let them expire`, {}, {
-        'Retry-After': String(Math.max(1, Math.ceil((frees - now) / 1000))),
+      throw new LimitReached('UPLOAD_LIMIT_EXCEEDED', `This account holds ${held.length} upload URLs or files no batch has imported (limit ${limit}); import or let them expire`, {}, {
+        retryAfterSeconds: Math.max(1, Math.ceil((frees - now) / 1000)),
       })
     }
     const tempCsvKey = `csv_${newId().replace(/-/g, '')}`
@@ -167,15 +167,15 @@ export class CsvImports {
     const expected = Buffer.from(this.sign(key, expires))
     const given = Buffer.from(signature)
     if (!Number.isInteger(expires) || given.length !== expected.length || !timingSafeEqual(given, expected)) {
-      throw new ApiError(403, 'INVALID_SIGNATURE', 'The upload URL signature is not valid')
+      throw new Forbidden('INVALID_SIGNATURE', 'The upload URL signature is not valid')
     }
-    if (expires * 1000 <= this.platform.clock.now()) throw new ApiError(403, 'UPLOAD_URL_EXPIRED', 'The upload URL has expired; request a new one')
+    if (expires * 1000 <= this.platform.clock.now()) throw new Forbidden('UPLOAD_URL_EXPIRED', 'The upload URL has expired; request a new one')
     if (!contentType?.toLowerCase().startsWith('text/csv')) {
-      throw new ApiError(415, 'UNSUPPORTED_MEDIA_TYPE', 'Upload the file with Content-Type: text/csv')
+      throw new Unsupported('UNSUPPORTED_MEDIA_TYPE', 'Upload the file with Content-Type: text/csv')
     }
     const upload = await this.uploads.findOne({ _id: key })
-    if (!upload) throw new ApiError(404, 'NOT_FOUND', 'Upload not found')
-    if (upload.state === 'consumed') throw new ApiError(409, 'UPLOAD_CONSUMED', 'This upload was already imported into a batch')
+    if (!upload) throw new NotFound('NOT_FOUND', 'Upload not found')
+    if (upload.state === 'consumed') throw new InvalidState('UPLOAD_CONSUMED', 'This upload was already imported into a batch')
     const size = await this.blobs.write(key, body)
     await this.uploads.updateOne({ _id: key }, { $set: { state: 'uploaded', size } })
     return { tempCsvKey: key, size }
@@ -184,14 +184,14 @@ export class CsvImports {
   /** Checks that the upload is ready and that every mapped column exists in its header. */
   async checkUpload(accountId: string, key: string, mapping: ColumnMapping) {
     const upload = await this.uploads.findOne({ _id: key, accountId, expiresAt: { $gt: new Date(this.platform.clock.now()) } })
-    if (!upload) throw new ApiError(400, 'UPLOAD_NOT_FOUND', `No uploaded file for tempCsvKey ${key}`, { field: 'tempCsvKey' })
-    if (upload.state === 'awaiting') throw new ApiError(400, 'UPLOAD_NOT_READY', 'The file has not been uploaded to uploadUrl yet', { field: 'tempCsvKey' })
-    if (upload.state === 'consumed') throw new ApiError(409, 'UPLOAD_CONSUMED', 'This upload was already imported into a batch')
+    if (!upload) throw new Invalid('UPLOAD_NOT_FOUND', `No uploaded file for tempCsvKey ${key}`, { field: 'tempCsvKey' })
+    if (upload.state === 'awaiting') throw new Invalid('UPLOAD_NOT_READY', 'The file has not been uploaded to uploadUrl yet', { field: 'tempCsvKey' })
+    if (upload.state === 'consumed') throw new InvalidState('UPLOAD_CONSUMED', 'This upload was already imported into a batch')
     const header = await this.readHeader(key)
     const mapped = [mapping.identifier, mapping.name, ...(mapping.phone ?? []), ...(mapping.email ?? []), ...(mapping.whatsapp ?? []), mapping.scheduledAt, mapping.contactPriority, ...(mapping.customFields ?? [])]
     const missing = [...new Set(mapped.filter((c): c is string => !!c && !header.includes(c)))]
     if (missing.length > 0) {
-      throw new ApiError(400, 'UNKNOWN_COLUMNS', `columnMapping names columns the CSV header does not have: ${missing.join(', ')}`, { missing, header })
+      throw new Invalid('UNKNOWN_COLUMNS', `columnMapping names columns the CSV header does not have: ${missing.join(', ')}`, { missing, header })
     }
   }
 
@@ -203,7 +203,7 @@ export class CsvImports {
       return []
     } catch (error) {
       if (!recordTooLarge(error)) throw error
-      throw new ApiError(400, 'CSV_RECORD_TOO_LARGE', `The CSV header line is longer than ${MAX_CSV_RECORD_BYTES} bytes`, { field: 'tempCsvKey' })
+      throw new Invalid('CSV_RECORD_TOO_LARGE', `The CSV header line is longer than ${MAX_CSV_RECORD_BYTES} bytes`, { field: 'tempCsvKey' })
     } finally {
       source.destroy()
     }
@@ -212,7 +212,7 @@ export class CsvImports {
   /** Called by batch creation: the upload is consumed and the import queued. */
   async start(batch: BatchDoc, key: string, mapping: ColumnMapping, principal: Principal) {
     const claimed = await this.uploads.updateOne({ _id: key, state: 'uploaded' }, { $set: { state: 'consumed' } })
-    if (claimed.modifiedCount !== 1) throw new ApiError(409, 'UPLOAD_CONSUMED', 'This upload was already imported into a batch')
+    if (claimed.modifiedCount !== 1) throw new InvalidState('UPLOAD_CONSUMED', 'This upload was already imported into a batch')
     const op = await this.operations.createLoad({
       accountId: batch.accountId,
       batchId: batch._id,

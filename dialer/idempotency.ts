@@ -7,8 +7,7 @@
 // released, and a retry is validated again: a 4xx changed nothing, so that is safe), and an
 // account may open `maxKeysPerAccount` new keys per 24 h (counted per UTC hour), then 429.
 import { createHash } from 'node:crypto'
-import { ApiError } from '../gateway/errors.js'
-import type { JsonResult, JsonRoute, RequestContext } from '../gateway/routes.js'
+import { ApiError, httpError, type JsonResult, type JsonRoute, type RequestContext } from '../platform/http.js'
 import { type Collection, DuplicateKeyError, type Store, StoreUnavailableError } from '../platform/store/index.js'
 import type { Clock } from '../platform/clock.js'
 import type { Logger } from '../platform/logger.js'
@@ -218,14 +217,13 @@ export class Idempotency {
   }
 }
 
-/** Runs the handler; a 4xx ApiError becomes a result so it is stored and replayed too. */
+/** Runs the handler; a 4xx answer (an ApiError or a domain error) becomes a result so it is stored and replayed too. */
 async function settle(route: JsonRoute, ctx: RequestContext): Promise<JsonResult> {
   try {
     return await route.handle(ctx)
   } catch (error) {
-    if (error instanceof ApiError && error.status < 500) {
-      return { status: error.status, body: error.body(), headers: error.headers }
-    }
+    const answer = httpError(error)
+    if (answer && answer.status < 500) return { status: answer.status, body: answer.body(), headers: answer.headers }
     throw error
   }
 }

@@ -1,7 +1,7 @@
 // The dialer module: batches, contact loads (API and CSV), blocked addresses, the batch log
 // and idempotent writes. Workers (chunk application, lifecycle, CSV import) run wherever the
 // module is started with workers on.
-import type { ServiceModule } from '../gateway/routes.js'
+import type { ServiceModule } from '../platform/http.js'
 import type { Platform } from '../platform/index.js'
 import type { Store } from '../platform/store/index.js'
 import { FileBlobStore } from '../platform/blobs.js'

@@ -1,7 +1,7 @@
 // Batch lifecycle moves (start, stop, archive, delete). The status changes atomically when the
 // request is accepted (so an illegal move is a 409 at once); the follow-up work runs in the
 // background and is reported by a `batch.lifecycle` operation.
-import type { Principal } from '../gateway/auth.js'
+import type { Principal } from '../platform/principal.js'
 import type { Platform } from '../platform/index.js'
 import type { Delivery, WorkQueue } from '../platform/bus/index.js'
 import { ActiveContacts } from './active-contacts.js'

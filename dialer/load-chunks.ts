@@ -54,7 +54,7 @@ export function chunkLoad(contacts: ContactInput[], chunkSize: number): Prepared
   return { count: contacts.length, chunks: splitIntoChunks(queuedContacts(contacts), chunkSize).map(chunk => JSON.stringify(chunk)) }
 }
 
-/** A request body checked (JSON, depth, schema, time rules: the ApiErrors of the route) and chunked. */
+/** A request body checked (JSON, depth, schema, time rules: the route's Invalid errors) and chunked. */
 export function loadFromBody(body: Buffer, rules: LoadRules): PreparedLoad {
   return chunkLoad(parseContactsBody(parseJsonBody(body, rules.maxJsonDepth), rules.now), rules.chunkSize)
 }

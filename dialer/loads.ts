@@ -2,9 +2,9 @@
 // operation, publish chunks) and applied in the background by chunk workers: each chunk by
 // dialer/chunk-application.ts, on a thread beside the embedded store (dialer/chunk-thread.ts)
 // or on the loop (MongoDB, or when that thread is unavailable).
-import { ApiError } from '../gateway/errors.js'
+import { Invalid, Unavailable } from '../platform/errors.js'
 import { yieldToLoop } from '../platform/background.js'
-import type { Principal } from '../gateway/auth.js'
+import type { Principal } from '../platform/principal.js'
 import type { Platform } from '../platform/index.js'
 import type { Delivery, WorkQueue } from '../platform/bus/index.js'
 import type { Batches } from './batches.js'
@@ -94,7 +94,7 @@ export class ContactLoads {
     } catch (error) {
       await this.operations.closeLoad(op, 'failed')
       this.platform.metrics.operationsInFlight.dec({ kind: op.kind })
-      throw new ApiError(503, 'QUEUE_UNAVAILABLE', 'The load could not be queued; retry with the same Idempotency-Key')
+      throw new Unavailable('QUEUE_UNAVAILABLE', 'The load could not be queued; retry with the same Idempotency-Key')
     }
     this.platform.metrics.queueDepth.set({ queue: LOAD_QUEUE }, this.queue.depth())
   }
@@ -109,8 +109,7 @@ export class ContactLoads {
     const exceededBy = currentActive + attempting - maxContacts
     if (exceededBy > 0) {
       const room = Math.max(0, maxContacts - currentActive)
-      throw new ApiError(
-        400,
+      throw new Invalid(
         'CONTACT_LIMIT_EXCEEDED',
         `The account may have at most ${maxContacts} active contacts; ${currentActive} are active or queued, so at most ${room} more can be added`,
         { maxContacts, currentActive, attempting, exceededBy },

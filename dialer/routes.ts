@@ -1,7 +1,7 @@
 // The dialer's HTTP surface (spec 4.1). Handlers only translate HTTP to the services.
-import { ApiError } from '../gateway/errors.js'
+import { Invalid, NotFound } from '../platform/errors.js'
 import { enumParam, intParam } from '../gateway/query.js'
-import type { JsonRoute, RequestContext, Route } from '../gateway/routes.js'
+import type { JsonRoute, RequestContext, Route } from '../platform/http.js'
 import { ADDRESS_TYPES, schemas } from '../schemas/index.js'
 import type { Platform } from '../platform/index.js'
 import { validateLoad } from './contact-validation.js'
@@ -44,7 +44,7 @@ function body<T>(ctx: RequestContext, schemaId: string): T {
   const data = ctx.json()
   const issues = schemas.validate(schemaId, data ?? {})
   if (issues.length > 0) {
-    throw new ApiError(400, 'VALIDATION_FAILED', `The request body is invalid: ${issues.map(i => i.reason).join('; ')}`, { details: issues })
+    throw new Invalid('VALIDATION_FAILED', `The request body is invalid: ${issues.map(i => i.reason).join('; ')}`, { details: issues })
   }
   return data as T
 }
@@ -112,8 +112,8 @@ export function dialerRoutes(s: DialerServices): Route[] {
           columnMapping?: ColumnMapping
         }>(ctx, 'dialer.batch.create')
         const csv = input.tempCsvKey !== undefined
-        if (input.source === 'csv' && !csv) throw new ApiError(400, 'VALIDATION_FAILED', 'source csv requires tempCsvKey and columnMapping', { details: [{ field: 'tempCsvKey', code: 'REQUIRED', reason: 'tempCsvKey is required for source csv' }] })
-        if (input.source === 'api' && csv) throw new ApiError(400, 'VALIDATION_FAILED', 'tempCsvKey is only valid with source csv', { details: [{ field: 'source', code: 'INVALID_VALUE', reason: 'use source csv (or omit source) with tempCsvKey' }] })
+        if (input.source === 'csv' && !csv) throw new Invalid('VALIDATION_FAILED', 'source csv requires tempCsvKey and columnMapping', { details: [{ field: 'tempCsvKey', code: 'REQUIRED', reason: 'tempCsvKey is required for source csv' }] })
+        if (input.source === 'api' && csv) throw new Invalid('VALIDATION_FAILED', 'tempCsvKey is only valid with source csv', { details: [{ field: 'source', code: 'INVALID_VALUE', reason: 'use source csv (or omit source) with tempCsvKey' }] })
         if (csv) await s.imports.checkUpload(ctx.principal.accountId, input.tempCsvKey!, input.columnMapping!)
         const batch = await s.batches.create({
           accountId: ctx.principal.accountId,
@@ -181,7 +181,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       responses: { '200': { description: 'The operation; read kind first', schema: 'dialer.operation' }, '404': { description: 'Unknown, another account\'s, or past retention' } },
       handle: async ctx => {
         const op = await s.operations.find(ctx.principal.accountId, ctx.params.operationId!)
-        if (!op) throw new ApiError(404, 'NOT_FOUND', 'Operation not found (unknown, or its retention has expired)')
+        if (!op) throw new NotFound('NOT_FOUND', 'Operation not found (unknown, or its retention has expired)')
         return { status: 200, body: operationView(op) }
       },
     },

@@ -2,7 +2,7 @@
 // counts the same sessions. A slot document per (account, crew) holds the live count; taking a
 // slot is one conditional upsert: when the count is at the limit the filter matches nothing and
 // the upsert collides with the existing document's _id, which is the "full" answer.
-import { ApiError } from '../gateway/errors.js'
+import { LimitReached } from '../platform/errors.js'
 import { DuplicateKeyError, type Collection, type Doc, type Store } from '../platform/store/index.js'
 import type { Crew } from './crews.js'
 
@@ -27,8 +27,7 @@ export class CrewSlots {
       )
     } catch (error) {
       if (!(error instanceof DuplicateKeyError)) throw error
-      throw new ApiError(
-        429,
+      throw new LimitReached(
         'SESSION_LIMIT_REACHED',
         `Crew ${crew.id} already has ${crew.maxConcurrentSessions} live sessions for this account; close one and retry`,
         { limit: crew.maxConcurrentSessions },

@@ -6,8 +6,8 @@
 // leaves in the store goes through its SessionWriter (engine/session-writer.ts) to the
 // SessionStore (engine/session-store.ts).
 import { createActor, type Actor, type AnyActorRef } from 'xstate'
-import { ApiError } from '../gateway/errors.js'
 import { OverloadGuard } from '../gateway/overload.js'
+import { Invalid, InvalidState, NotFound, sessionNotFound, ShuttingDown, Unavailable } from '../platform/errors.js'
 import type { Platform } from '../platform/index.js'
 import { OffLoopStore, type Store } from '../platform/store/index.js'
 import { settledWithin } from '../platform/timing.js'
@@ -98,8 +98,6 @@ const EVENT_ID_RESERVE = 1000
  * for ~32 s, and a stream should not hang on it that long.
  */
 const CLOSE_NOTICE_WAIT_MS = 2_000
-
-const notFound = (sessionId: string) => new ApiError(404, 'SESSION_NOT_FOUND', `Session ${sessionId} not found`)
 
 /** What a live session starts from: a new session's opening, or what the store held. */
 interface Origin {
@@ -203,7 +201,7 @@ export class SessionHost {
   async create(request: CreateSessionRequest, listener: TransportListener): Promise<Subscription> {
     const crew = this.options.crews.get(request.crewId)
     if (!crew || (crew.accounts && !crew.accounts.includes(request.accountId))) {
-      throw new ApiError(400, 'CREW_NOT_FOUND', `Crew ${request.crewId} does not exist or is not available to this account`)
+      throw new Invalid('CREW_NOT_FOUND', `Crew ${request.crewId} does not exist or is not available to this account`)
     }
     await this.slots.acquire(request.accountId, crew)
     try {
@@ -438,9 +436,9 @@ export class SessionHost {
     // Closing: answered once its close is written (CLOSE_NOTICE_WAIT_MS at most), so whoever is
     // told 404 finds its tombstone and close reason in the store, from any node.
     if (live?.finished && live.cleanup) await settledWithin(live.cleanup, CLOSE_NOTICE_WAIT_MS)
-    if (!live || live.finished || live.accountId !== target.accountId) throw notFound(target.sessionId)
+    if (!live || live.finished || live.accountId !== target.accountId) throw sessionNotFound(target.sessionId)
     if (wake && !live.actor) await this.wake(live)
-    if (live.finished) throw notFound(target.sessionId)
+    if (live.finished) throw sessionNotFound(target.sessionId)
     return live
   }
 
@@ -514,7 +512,7 @@ export class SessionHost {
   }
 
   async command(target: SessionTarget, command: SessionCommand): Promise<unknown> {
-    if (this.stopped) throw new ApiError(503, 'SHUTTING_DOWN', 'The engine is shutting down; retry on another node')
+    if (this.stopped) throw new ShuttingDown('The engine is shutting down; retry on another node')
     const live = await this.obtain(target)
     live.pins++
     live.quietSince = 0
@@ -546,7 +544,7 @@ export class SessionHost {
         return { consumerId: command.consumerId }
       case 'user.message':
         if (!live.consumers.has(command.consumerId)) {
-          throw new ApiError(400, 'UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
+          throw new Invalid('UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
         }
         // Refused before anything is recorded: a refused message is not in the conversation.
         // The turn limit applies to a message that would start a turn (one in flight takes it in).
@@ -560,7 +558,7 @@ export class SessionHost {
           // Acknowledged once its history entry is committed (with the control state), not after
           // the checkpoint: a restore folds the journal past the last checkpoint.
           await live.writer.entriesWritten(upTo)
-          if (live.writer.holdsUpTo(upTo)) throw new ApiError(503, 'SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { 'Retry-After': '5' })
+          if (live.writer.holdsUpTo(upTo)) throw new Unavailable('SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { retryAfterSeconds: 5 })
         }
         return { accepted: true }
       case 'admin.toolinject': {
@@ -573,10 +571,10 @@ export class SessionHost {
       case 'admin.transfer': {
         const context = this.awake(live).getSnapshot().context
         if (!context.terms.agents.includes(command.target)) {
-          throw new ApiError(400, 'UNKNOWN_AGENT', `Agent ${command.target} is not an agent of crew ${live.crew.id}`, { agents: context.terms.agents })
+          throw new Invalid('UNKNOWN_AGENT', `Agent ${command.target} is not an agent of crew ${live.crew.id}`, { agents: context.terms.agents })
         }
         if (command.target === context.agentId) {
-          throw new ApiError(409, 'ALREADY_ASSIGNED', `Session ${live.id} is already handled by agent ${command.target}`)
+          throw new InvalidState('ALREADY_ASSIGNED', `Session ${live.id} is already handled by agent ${command.target}`)
         }
         this.send(live, { type: 'admin.transfer', userId: command.userId, target: command.target, reason: command.reason, at })
         return { agentId: command.target }
@@ -614,7 +612,7 @@ export class SessionHost {
       assertCan(actor.getSnapshot(), event)
     } catch (error) {
       if (error instanceof IllegalMoveError) {
-        throw new ApiError(409, 'INVALID_SESSION_STATE', error.message, { state: error.state, command: error.event })
+        throw new InvalidState('INVALID_SESSION_STATE', error.message, { state: error.state, command: error.event })
       }
       throw error
     }
@@ -636,9 +634,9 @@ export class SessionHost {
     const pending = context.pendingTools.find(p => p.correlationId === command.correlationId)
     if (!pending) {
       if (context.resolved.includes(command.correlationId)) {
-        throw new ApiError(409, 'CORRELATION_ALREADY_RESOLVED', `Correlation ${command.correlationId} already has its result`)
+        throw new InvalidState('CORRELATION_ALREADY_RESOLVED', `Correlation ${command.correlationId} already has its result`)
       }
-      throw new ApiError(404, 'CORRELATION_NOT_FOUND', `No tool call of session ${live.id} waits for correlation ${command.correlationId}`)
+      throw new NotFound('CORRELATION_NOT_FOUND', `No tool call of session ${live.id} waits for correlation ${command.correlationId}`)
     }
     this.send(live, { type: 'external.resolve', correlationId: command.correlationId, result: command.result, userId: command.userId, at })
     return { callId: pending.callId, tool: pending.tool }

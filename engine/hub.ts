@@ -7,8 +7,8 @@
 // A consumer that falls behind is dropped with `reconnect_required` and never slows the session
 // or the other consumers.
 import { randomUUID } from 'node:crypto'
-import { ApiError } from '../gateway/errors.js'
-import type { StreamSink } from '../gateway/routes.js'
+import { Invalid, LimitReached, sessionNotFound, ShuttingDown, Unavailable } from '../platform/errors.js'
+import type { StreamSink } from '../platform/http.js'
 import { eventBody, HeartbeatWheel, SseStream } from '../gateway/sse.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
@@ -132,12 +132,12 @@ export class ChannelHub {
     // Without Last-Event-ID, a known consumer resumes after what it was last sent, a new one is live.
     const after = resume.lastEventId ?? consumer?.position ?? feed.position.seq
     if (after > feed.position.seq) {
-      throw new ApiError(400, 'INVALID_LAST_EVENT_ID', `Last-Event-ID ${after} was never sent (the session's last event is ${feed.position.seq})`)
+      throw new Invalid('INVALID_LAST_EVENT_ID', `Last-Event-ID ${after} was never sent (the session's last event is ${feed.position.seq})`)
     }
     const added = !consumer
     if (!consumer) {
       if (feed.consumers.size >= this.options.maxConsumersPerSession && !this.evictDetached(feed)) {
-        throw new ApiError(429, 'CONSUMER_LIMIT_REACHED', `Session ${feed.sessionId} already has ${this.options.maxConsumersPerSession} consumers`)
+        throw new LimitReached('CONSUMER_LIMIT_REACHED', `Session ${feed.sessionId} already has ${this.options.maxConsumersPerSession} consumers`)
       }
       consumer = this.addConsumer(feed, resume.consumerId ?? randomUUID())
     }
@@ -162,7 +162,7 @@ export class ChannelHub {
     // Let go meanwhile (the gateway stopping): no stream for a consumer the feed no longer has.
     this.refuseWhileStopping()
     if (feed.consumers.get(consumer.id) !== consumer) {
-      throw new ApiError(503, 'CONSUMER_DETACHED', `Consumer ${consumer.id} was let go while it attached; listen again`, {}, { 'Retry-After': '1' })
+      throw new Unavailable('CONSUMER_DETACHED', `Consumer ${consumer.id} was let go while it attached; listen again`, {}, { retryAfterSeconds: 1 })
     }
     if (consumer.stream) this.endStream(consumer) // the same consumer reconnected: the new stream takes over
     consumer.position = after
@@ -204,7 +204,7 @@ export class ChannelHub {
   private async feedFor(target: SessionTarget): Promise<Feed> {
     const existing = this.feeds.get(target.sessionId)
     if (existing) {
-      if (existing.accountId !== target.accountId || existing.closed) throw new ApiError(404, 'SESSION_NOT_FOUND', `Session ${target.sessionId} not found`)
+      if (existing.accountId !== target.accountId || existing.closed) throw sessionNotFound(target.sessionId)
       return existing
     }
     let pending = this.subscribing.get(target.sessionId)
@@ -224,7 +224,7 @@ export class ChannelHub {
       this.subscribing.set(target.sessionId, pending)
     }
     const feed = await pending
-    if (feed.accountId !== target.accountId) throw new ApiError(404, 'SESSION_NOT_FOUND', `Session ${target.sessionId} not found`)
+    if (feed.accountId !== target.accountId) throw sessionNotFound(target.sessionId)
     return feed
   }
 
@@ -430,7 +430,7 @@ export class ChannelHub {
   }
 
   private refuseWhileStopping() {
-    if (this.shuttingDown) throw new ApiError(503, 'SHUTTING_DOWN', 'The service is shutting down; retry shortly', {}, { 'Retry-After': '1' })
+    if (this.shuttingDown) throw new ShuttingDown('The service is shutting down; retry shortly', { retryAfterSeconds: 1 })
   }
 
   /** Gateway stop: every open stream is told to reconnect (to another gateway), then ended. */

@@ -1,7 +1,7 @@
 // The engine module: assistant sessions as XState actors behind a session transport, the SSE
 // channel and live administration.
-import { ApiError } from '../gateway/errors.js'
-import type { ServiceModule } from '../gateway/routes.js'
+import { Unavailable } from '../platform/errors.js'
+import type { ServiceModule } from '../platform/http.js'
 import type { Platform } from '../platform/index.js'
 import { SessionRecorder } from '../reports/index.js'
 import { writesOffTheLoop } from '../platform/store/index.js'
@@ -223,6 +223,6 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
 }
 
 function ready<T>(value: T | undefined): T {
-  if (!value) throw new ApiError(503, 'ENGINE_UNAVAILABLE', 'The engine is not started yet', {}, { 'Retry-After': '1' })
+  if (!value) throw new Unavailable('ENGINE_UNAVAILABLE', 'The engine is not started yet', {}, { retryAfterSeconds: 1 })
   return value
 }

@@ -20,7 +20,8 @@
 import { setTimeout as delay } from 'node:timers/promises'
 import { randomUUID } from 'node:crypto'
 import { TimeoutError, type Msg, type NatsConnection, type Subscription as NatsSubscription } from '@nats-io/transport-node'
-import { ApiError } from '../gateway/errors.js'
+import { DomainError, InvalidState, NotFound, TimedOut, Unavailable } from '../platform/errors.js'
+import { ApiError, httpError } from '../platform/http.js'
 import type { Logger } from '../platform/logger.js'
 import type { SessionHost } from './host.js'
 import { eventsSubject, type JetStreamEventLog } from './jetstream-event-log.js'
@@ -65,12 +66,13 @@ const RECENT_COMMANDS = 20_000
 const isTimeout = (error: unknown) => error instanceof TimeoutError || (error instanceof Error && error.cause instanceof TimeoutError)
 
 function toWire(error: unknown): WireError {
-  if (error instanceof ApiError) return { status: error.status, code: error.code, message: error.message, extra: error.extra }
+  const answer = httpError(error)
+  if (answer) return { status: answer.status, code: answer.code, message: answer.message, extra: answer.extra }
   return { status: 500, code: 'INTERNAL', message: 'Unexpected engine error' }
 }
 
 const fromWire = (error: WireError) => new ApiError(error.status, error.code, error.message, error.extra ?? {})
-const engineUnavailable = () => new ApiError(503, 'ENGINE_UNAVAILABLE', 'No engine node is available; retry shortly', {}, { 'Retry-After': '1' })
+const engineUnavailable = () => new Unavailable('ENGINE_UNAVAILABLE', 'No engine node is available; retry shortly', {}, { retryAfterSeconds: 1 })
 
 /** Gateway side: routes and the hub reach sessions on engine nodes through this. */
 export class NatsSessionTransport implements SessionTransport {
@@ -227,8 +229,8 @@ export class NatsSessionTransport implements SessionTransport {
   }
 
   private failure(error: unknown) {
-    if (error instanceof ApiError) return error
-    if (isTimeout(error)) return new ApiError(504, 'ENGINE_TIMEOUT', 'The engine node did not answer in time; the command may or may not have been applied')
+    if (error instanceof ApiError || error instanceof DomainError) return error
+    if (isTimeout(error)) return new TimedOut('ENGINE_TIMEOUT', 'The engine node did not answer in time; the command may or may not have been applied')
     this.options.logger.warn('engine request failed', { error })
     return engineUnavailable()
   }
@@ -292,7 +294,7 @@ export class EngineNode {
       const result = await handle(msg)
       reply = result instanceof Redirect ? { ok: false, redirect: result.node } : { ok: true, result }
     } catch (error) {
-      if (!(error instanceof ApiError)) this.logger.error('engine request failed', { subject: msg.subject, error })
+      if (!(error instanceof DomainError)) this.logger.error('engine request failed', { subject: msg.subject, error })
       reply = { ok: false, error: toWire(error) }
     }
     try {
@@ -304,7 +306,7 @@ export class EngineNode {
 
   private async create(request: CreateSessionRequest) {
     const claim = await this.ownership.claim(request.sessionId)
-    if ('owner' in claim) throw new ApiError(409, 'SESSION_EXISTS', `Session ${request.sessionId} already exists`)
+    if ('owner' in claim) throw new InvalidState('SESSION_EXISTS', `Session ${request.sessionId} already exists`)
     try {
       await this.host.create(request, () => {})
     } catch (error) {
@@ -319,7 +321,7 @@ export class EngineNode {
   private async run(request: SessionRequest, claim: boolean): Promise<unknown> {
     const { target, command, id } = request
     if (!this.host.hosts(target.sessionId) || this.ownership.token(target.sessionId) === undefined) {
-      if (!claim) throw new ApiError(503, 'NOT_OWNER', `Session ${target.sessionId} is not hosted by this node`)
+      if (!claim) throw new Unavailable('NOT_OWNER', `Session ${target.sessionId} is not hosted by this node`)
       const redirect = await this.take(target)
       if (redirect) return redirect
     }
@@ -371,7 +373,7 @@ export class EngineNode {
         this.logger.info(redirect ? 'lapsed session owned by another node now' : 'lapsed session taken back', { sessionId: target.sessionId })
         return
       } catch (error) {
-        if (error instanceof ApiError && error.status === 404) return
+        if (error instanceof NotFound || (error instanceof ApiError && error.status === 404)) return
         this.logger.debug('lapsed session not taken back yet', { sessionId: target.sessionId, error })
       }
     }

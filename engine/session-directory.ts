@@ -4,9 +4,9 @@
 // counts per turn, transfers, pause/resume, close), so one indexed query answers the same in one
 // process and across engine nodes over NATS — no fan-out to the nodes, no second copy (a KV
 // bucket) to keep in step, and a closed session stays listed after its node is gone.
+import { InvalidState, sessionNotFound } from '../platform/errors.js'
 import type { Collection, Filter, Store } from '../platform/store/index.js'
 import type { Clock } from '../platform/clock.js'
-import { ApiError } from '../gateway/errors.js'
 import { SESSION_RECORDS, SessionRecorder, type LastMessage, type SessionRecordDoc, type SessionStatus } from '../reports/index.js'
 import { awaitingReplySince, DEFAULT_NO_REPLY_SECONDS, flagsOf, type AttentionFlag, type AttentionReason } from './attention.js'
 import type { CrewCatalog } from './crews.js'
@@ -104,12 +104,12 @@ export class SessionDirectory {
    */
   async acknowledge(accountId: string, sessionId: string, reason: AttentionReason, userId: string): Promise<AttentionFlag> {
     const record = await this.records.findOne({ _id: sessionId, accountId })
-    if (!record) throw new ApiError(404, 'SESSION_NOT_FOUND', `Session ${sessionId} not found`)
+    if (!record) throw sessionNotFound(sessionId)
     const now = this.clock.now()
     const flag = this.listed(record, now).attention.find(f => f.reason === reason && !f.acknowledged)
-    if (!flag) throw new ApiError(409, 'ATTENTION_NOT_RAISED', `Session ${sessionId} has no unacknowledged ${reason} flag`, { reason })
+    if (!flag) throw new InvalidState('ATTENTION_NOT_RAISED', `Session ${sessionId} has no unacknowledged ${reason} flag`, { reason })
     if (!(await this.recorder.flagAcknowledged(accountId, sessionId, reason, { userId, at: now }))) {
-      throw new ApiError(409, 'ATTENTION_NOT_RAISED', `Session ${sessionId} has ended`, { reason })
+      throw new InvalidState('ATTENTION_NOT_RAISED', `Session ${sessionId} has ended`, { reason })
     }
     return { ...flag, acknowledged: true, acknowledgedBy: userId, acknowledgedAt: now }
   }

@@ -9,9 +9,9 @@
 // applies by sessionId. Both reads are cursors on (updated_at, _id) that only move forward, so a
 // feed progresses whatever the rate of changes, and a tick reads at most `batch` rows for each.
 import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gateway/sse.js'
-import { ApiError } from '../gateway/errors.js'
 import { OverloadGuard } from '../gateway/overload.js'
-import type { StreamRoute } from '../gateway/routes.js'
+import { Invalid } from '../platform/errors.js'
+import type { StreamRoute } from '../platform/http.js'
 import type { Clock } from '../platform/clock.js'
 import type { ChangeCursor, SessionDirectory } from './session-directory.js'
 import type { SessionRecordDoc } from '../reports/index.js'
@@ -51,7 +51,7 @@ export function feedRoute(directory: SessionDirectory, clock: Clock, overload = 
     async open(ctx, start) {
       userIdOf(ctx)
       const lastEventId = parseLastEventId(ctx.headers['last-event-id'] ?? ctx.query.get('lastEventId'))
-      if (lastEventId === null) throw new ApiError(400, 'INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
+      if (lastEventId === null) throw new Invalid('INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
       const accountId = ctx.principal.accountId
       // Each open feed queries the store every tick: they are counted, per account and in all.
       const place = overload.admitStream('supervision', accountId)

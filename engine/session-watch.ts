@@ -4,10 +4,10 @@
 // (event `channel`, no id: streamed chunks a history entry later sums up). It subscribes to the
 // transport directly, so it is no channel consumer (no consumer slot, no delivery position).
 // Presence: who watches which session, from the open watch streams of this process.
-import { ApiError } from '../gateway/errors.js'
+import { Invalid, NotFound } from '../platform/errors.js'
 import { OverloadGuard } from '../gateway/overload.js'
 import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gateway/sse.js'
-import type { StreamRoute } from '../gateway/routes.js'
+import type { StreamRoute } from '../platform/http.js'
 import type { SessionTransport } from './transport.js'
 import { userIdOf, uuidParam } from './routes/common.js'
 import { ADMIN_BASE } from './routes/admin.js'
@@ -59,7 +59,7 @@ export function watchRoute(transport: SessionTransport, presence: Presence, over
       const userId = userIdOf(ctx)
       const target = { sessionId: uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID'), accountId: ctx.principal.accountId }
       const lastEventId = parseLastEventId(ctx.headers['last-event-id'] ?? ctx.query.get('lastEventId'))
-      if (lastEventId === null) throw new ApiError(400, 'INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
+      if (lastEventId === null) throw new Invalid('INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
       let after = lastEventId ?? 0
       // Each open watch polls the session's history: they are counted, per account and in all,
       // from now on (watches racing for the last places must not all pass while they wait).
@@ -96,7 +96,7 @@ export function watchRoute(transport: SessionTransport, presence: Presence, over
           emit(((await transport.command(target, { type: 'query.history', after, limit: 1000 })) as { data: { seq: number }[] }).data)
         } catch (error) {
           // The session is gone: say so and end; any other failure is retried next tick.
-          if ((error as { status?: number }).status === 404) stream.end({ id: after, body: eventBody('session.gone', {}) })
+          if (error instanceof NotFound) stream.end({ id: after, body: eventBody('session.gone', {}) })
         } finally {
           reading = false
         }

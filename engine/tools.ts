@@ -3,7 +3,7 @@
 // deadline (the host arms that deadline as a timer). Which calls run is the machine's decision
 // (engine/machine.ts); this module says what a call is and what it answers.
 import { randomUUID } from 'node:crypto'
-import { ApiError } from '../gateway/errors.js'
+import { Invalid } from '../platform/errors.js'
 import type { Clock } from '../platform/clock.js'
 import type { Crew, CrewCatalog, ToolDefinition } from './crews.js'
 import type { SessionEvent } from './machine.js'
@@ -33,7 +33,7 @@ export class ToolRunner {
     const tool = this.tool(crew, command.tool)
     const args = command.args ?? {}
     const issues = this.crews.validateArgs(crew.id, tool.id, args)
-    if (issues.length) throw new ApiError(400, 'VALIDATION_FAILED', `Arguments do not match the parameters of tool ${tool.id}`, { details: issues })
+    if (issues.length) throw new Invalid('VALIDATION_FAILED', `Arguments do not match the parameters of tool ${tool.id}`, { details: issues })
     const base = { callId: `call_${randomUUID()}`, tool: tool.id, args: args as Record<string, unknown>, origin: 'inject' as const, userId: command.userId }
     if (tool.handler === 'external') {
       const call: PendingTool = { ...base, external: true, correlationId: randomUUID(), deadline: at + this.externalTimeout(tool) }
@@ -102,7 +102,7 @@ export class ToolRunner {
   private tool(crew: Crew, toolId: string): ToolDefinition {
     const tool = crew.tools.find(t => t.id === toolId)
     if (!tool) {
-      throw new ApiError(400, 'UNKNOWN_TOOL', `Tool ${toolId} is not a tool of crew ${crew.id}`, { tools: crew.tools.map(t => t.id) })
+      throw new Invalid('UNKNOWN_TOOL', `Tool ${toolId} is not a tool of crew ${crew.id}`, { tools: crew.tools.map(t => t.id) })
     }
     return tool
   }

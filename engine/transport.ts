@@ -1,7 +1,7 @@
 // The session transport: the only way the gateway side (channel and administration routes, the
 // stream hub) reaches session actors. Everything crossing it is plain JSON, and errors are
-// ApiError-shaped ({status, code, message, extra}), so a NATS implementation drops in without
-// touching the routes or the machine:
+// domain errors (platform/errors.ts), so a NATS implementation drops in without touching the
+// routes or the machine:
 //   create  -> request/reply on `sb.engine.create` (an engine node picks it, owns the actor)
 //   command -> request/reply on `sb.session.<id>.cmd` (the owning node answers; a node that does
 //              not host the session restores it from its persisted snapshot first)

@@ -10,18 +10,11 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
 import type { Gauge } from 'prom-client'
-import type { Role } from './routes.js'
+import type { Principal, Role } from '../platform/principal.js'
 import type { Store } from '../platform/store/index.js'
 import { newId, stableId } from '../platform/ids.js'
 
 export const ALL_ROLES: readonly Role[] = ['dialer', 'channel', 'admin', 'reports']
-
-export interface Principal {
-  keyId: string
-  keyName: string
-  accountId: string
-  roles: ReadonlySet<Role>
-}
 
 interface KeyRecord {
   _id: string

@@ -1,29 +1,8 @@
-// The error envelope every endpoint answers with: { code, message, ...extra }. The dialer's
-// spec-defined bodies (VALIDATION_FAILED details, CONTACT_LIMIT_EXCEEDED fields) are extras.
-// Error bodies echo client values (meta.received), so what is echoed is bounded: the error path
-// must answer even for a value nested 100,000 levels deep or a 5 MiB string.
-
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly extra: Record<string, unknown> = {},
-    readonly headers: Record<string, string> = {},
-  ) {
-    super(message)
-  }
-
-  body() {
-    return { code: this.code, message: this.message, ...this.extra }
-  }
-}
-
-export const badRequest = (message: string, extra: Record<string, unknown> = {}, code = 'BAD_REQUEST') =>
-  new ApiError(400, code, message, extra)
-export const notFound = (what: string) => new ApiError(404, 'NOT_FOUND', `${what} not found`)
-export const conflict = (code: string, message: string, extra: Record<string, unknown> = {}) =>
-  new ApiError(409, code, message, extra)
+// The error envelope every endpoint answers with: { code, message, ...extra } (what an error
+// answers is decided by platform/http.ts: an ApiError, or a domain error by its kind). The
+// dialer's spec-defined bodies (VALIDATION_FAILED details, CONTACT_LIMIT_EXCEEDED fields) are
+// extras. Error bodies echo client values (meta.received), so what is echoed is bounded: the
+// error path must answer even for a value nested 100,000 levels deep or a 5 MiB string.
 
 /** Bounds on what an error body may echo. */
 export const ECHO_LIMITS = {

@@ -21,9 +21,9 @@
 // messages. Never refused: ending a session, administration's actions, and the streams already
 // open.
 import { monitorEventLoopDelay, performance, type EventLoopUtilization, type IntervalHistogram } from 'node:perf_hooks'
-import { ApiError } from './errors.js'
 import { PACE_WINDOW_MS, PacedAdmission } from './paced-admission.js'
 import { StreamShares, type StreamPlace } from './stream-shares.js'
+import { Unavailable } from '../platform/errors.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
 
@@ -218,6 +218,6 @@ export class OverloadGuard {
 
   private refuse(reason: 'loop_delay' | 'loop_busy' | 'streams' | 'supervision_streams' | 'turns', message: string): never {
     this.metrics?.overloadRefused.inc({ reason })
-    throw new ApiError(503, 'OVERLOADED', message, { reason }, { 'Retry-After': String(this.limits.retryAfterSeconds) })
+    throw new Unavailable('OVERLOADED', message, { reason }, { retryAfterSeconds: this.limits.retryAfterSeconds })
   }
 }

@@ -1,5 +1,5 @@
 // Query-string parameters with the 400 every endpoint gives for a bad one (naming it).
-import { ApiError } from './errors.js'
+import { ApiError } from '../platform/http.js'
 
 export const invalidParameter = (parameter: string, message: string) =>
   new ApiError(400, 'INVALID_PARAMETER', message, { parameter })

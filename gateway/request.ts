@@ -2,7 +2,8 @@
 // (it is stack-allocated), body chunks must be copied before onData returns, and bodies are
 // capped so a client cannot make us buffer without bound.
 import type { HttpRequest, HttpResponse } from './uws.js'
-import { ApiError } from './errors.js'
+import { ApiError } from '../platform/http.js'
+import { Invalid } from '../platform/errors.js'
 
 export interface RequestHead {
   method: string
@@ -276,15 +277,15 @@ export function jsonDeeperThan(bytes: Buffer, max: number): boolean {
 }
 
 export const jsonTooDeep = (max: number) =>
-  new ApiError(400, 'JSON_TOO_DEEP', `The request body nests objects and arrays deeper than ${max} levels`, { maxDepth: max })
+  new Invalid('JSON_TOO_DEEP', `The request body nests objects and arrays deeper than ${max} levels`, { maxDepth: max })
 
-/** Parses a JSON body: empty is undefined; too deep, malformed or unparseable is a 400. */
+/** Parses a JSON body: empty is undefined; too deep, malformed or unparseable is Invalid (a 400). */
 export function parseJsonBody(body: Buffer, maxDepth: number): unknown {
   if (body.length === 0) return undefined
   if (jsonDeeperThan(body, maxDepth)) throw jsonTooDeep(maxDepth)
   try {
     return JSON.parse(body.toString('utf8'))
   } catch {
-    throw new ApiError(400, 'INVALID_JSON', 'The request body is not valid JSON')
+    throw new Invalid('INVALID_JSON', 'The request body is not valid JSON')
   }
 }

@@ -2,7 +2,7 @@
 // written after the client went away, and streams honour backpressure.
 import { STATUS_CODES } from 'node:http'
 import type { HttpResponse } from './uws.js'
-import type { StreamSink } from './routes.js'
+import type { StreamSink } from '../platform/http.js'
 
 export const statusLine = (status: number) => `${status} ${STATUS_CODES[status] ?? 'Unknown'}`
 

@@ -8,13 +8,14 @@
 // and returning from a handler before onAborted is attached makes uWS abort the process.
 import { randomUUID } from 'node:crypto'
 import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket, UwsModule } from './uws.js'
-import { ApiError, serializeErrorBody } from './errors.js'
-import { type KeyRegistry, type Principal } from './auth.js'
+import { serializeErrorBody } from './errors.js'
+import type { KeyRegistry } from './auth.js'
 import type { AuthThrottle } from './auth-throttle.js'
 import { BodyStream, DEFAULT_HEAD_LIMITS, paramNames, parseJsonBody, readBody, readHead, type HeadLimits, type RequestHead } from './request.js'
 import { Reply } from './response.js'
 import { mountConsole } from './static.js'
-import type { JsonResult, RequestContext, Route, StreamSink } from './routes.js'
+import { ApiError, httpError, type JsonResult, type RequestContext, type Route, type StreamSink } from '../platform/http.js'
+import type { Principal } from '../platform/principal.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
 import { settledWithin } from '../platform/timing.js'
@@ -238,16 +239,17 @@ export class Gateway {
   }
 
   /**
-   * Turns any throw into the answer: an ApiError is the client's (its status and body, echo
-   * bounded), anything else is ours (500 INTERNAL). Logged once, counted once. Never throws.
+   * Turns any throw into the answer: an ApiError or a domain error is the client's (its status
+   * and body, echo bounded; platform/http.ts maps the kinds), anything else is ours (500
+   * INTERNAL). Logged once, counted once. Never throws.
    */
   private fail(x: Exchange, error: unknown): number {
-    const known = error instanceof ApiError
-    const status = known ? error.status : 500
-    const code = known ? error.code : 'INTERNAL'
+    const known = httpError(error)
+    const status = known ? known.status : 500
+    const code = known ? known.code : 'INTERNAL'
     try {
       const fields = { requestId: x.requestId, route: x.route, method: x.head?.method, status, code }
-      if (known) this.options.logger.info('request rejected', { ...fields, message: error.message, client: x.head?.remoteAddress })
+      if (known) this.options.logger.info('request rejected', { ...fields, message: known.message, client: x.head?.remoteAddress })
       else this.options.logger.error('request failed', { ...fields, error })
       this.options.metrics.httpErrors.inc({ status: String(status), code })
     } catch {
@@ -262,8 +264,8 @@ export class Gateway {
         else reply.close()
         return status
       }
-      const body = known ? error.body() : { code, message: 'Unexpected server error', requestId: x.requestId }
-      reply.error(status, serializeErrorBody(body), { 'X-Request-Id': x.requestId, ...(known ? error.headers : {}) }, x.head?.closeConnection)
+      const body = known ? known.body() : { code, message: 'Unexpected server error', requestId: x.requestId }
+      reply.error(status, serializeErrorBody(body), { 'X-Request-Id': x.requestId, ...(known ? known.headers : {}) }, x.head?.closeConnection)
     } catch (secondary) {
       this.fault(x, secondary)
     }

@@ -9,7 +9,7 @@
 // A place is taken when a stream is admitted, before it opens (a listen first waits for its
 // session's attach, a watch for the history): counting only open streams let concurrent
 // requests all pass the check before any of them opened.
-import { ApiError } from './errors.js'
+import { LimitReached } from '../platform/errors.js'
 
 export interface StreamShareLimits {
   /** Places on this process; 0 = no limit (and no account share). */
@@ -75,12 +75,11 @@ export class StreamShares {
     const share = this.accountLimit
     if (share > 0 && this.heldBy(accountId) >= share) {
       this.hooks.accountRefused?.()
-      throw new ApiError(
-        429,
+      throw new LimitReached(
         'ACCOUNT_STREAM_LIMIT',
         `This account holds its share of ${share} ${this.kind} streams on this node; close one, or retry later`,
         { kind: this.kind, limit: share },
-        { 'Retry-After': String(retryAfterSeconds) },
+        { retryAfterSeconds },
       )
     }
     if (this.limits.max > 0 && this.total >= this.limits.max) full()

@@ -1,7 +1,7 @@
 // The reports module: session records (written by the engine) and the report endpoints
 // (spec 4.4): sessions-detail, execute-report/{REPORT_ID}, plus a listing of report definitions.
-import { ApiError } from '../gateway/errors.js'
-import type { JsonRoute, ServiceModule } from '../gateway/routes.js'
+import { NotFound } from '../platform/errors.js'
+import type { JsonRoute, ServiceModule } from '../platform/http.js'
 import type { Platform } from '../platform/index.js'
 import { loadDefinitions, type ReportDefinition } from './definitions.js'
 import { executeReport } from './execute-report.js'
@@ -72,7 +72,7 @@ export function createReports(platform: Platform, options: ReportsOptions = {}):
       },
       async handle(ctx) {
         const report = visible(ctx.params.reportId ?? '', ctx.principal.accountId)
-        if (!report) throw new ApiError(404, 'REPORT_NOT_FOUND', `Report "${ctx.params.reportId}" not found`, { reportId: ctx.params.reportId })
+        if (!report) throw new NotFound('REPORT_NOT_FOUND', `Report "${ctx.params.reportId}" not found`, { reportId: ctx.params.reportId })
         const q = parseExecuteReportQuery(ctx.query)
         return { status: 200, body: await executeReport(sources, report, ctx.principal.accountId, q) }
       },

@@ -1,7 +1,7 @@
 // Query parameters of the report endpoints, validated against the published JSON Schemas
 // (schemas/reports.ts). Every problem is a 400 naming the parameter:
 //   { code: 'INVALID_PARAMETER', message, parameter, details: [{ parameter, code, message }] }
-import { ApiError } from '../gateway/errors.js'
+import { Invalid } from '../platform/errors.js'
 import { type JsonSchema, schemas } from '../schemas/index.js'
 import { reportsSchemas } from '../schemas/reports.js'
 import { canonicalZone, type Grouping } from './time-buckets.js'
@@ -16,7 +16,7 @@ export interface ParameterIssue {
 }
 
 export const invalidParameters = (issues: ParameterIssue[]) =>
-  new ApiError(400, 'INVALID_PARAMETER', issues[0]!.message, { parameter: issues[0]!.parameter, details: issues })
+  new Invalid('INVALID_PARAMETER', issues[0]!.message, { parameter: issues[0]!.parameter, details: issues })
 
 export const invalidParameter = (parameter: string, message: string, code = 'INVALID_VALUE') =>
   invalidParameters([{ parameter, code, message }])

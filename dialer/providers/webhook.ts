@@ -11,7 +11,7 @@
 // in-process; an attempt waiting in another process finds it by polling the store.
 import { setTimeout as delay } from 'node:timers/promises'
 import { createHmac, timingSafeEqual } from 'node:crypto'
-import { ApiError } from '../../gateway/errors.js'
+import { Unauthenticated, NotFound, InvalidState } from '../../platform/errors.js'
 import { DuplicateKeyError, type Collection } from '../../platform/store/index.js'
 import type { Outcome } from '../rules.js'
 import { AttemptHandedOver, type AttemptRequest, type AttemptResult, type Provider, type ResumedAttempt } from './types.js'
@@ -214,25 +214,25 @@ export class WebhookOutcomes {
 
   /** Throws 401 unless the raw body is signed as a callback, for this attempt, with DIALER_WEBHOOK_SECRET. */
   authenticate(headers: Record<string, string | undefined>, attemptId: string, body: Buffer) {
-    if (!this.secret) throw new ApiError(401, 'INVALID_SIGNATURE', 'Webhook outcomes are not accepted: DIALER_WEBHOOK_SECRET is not set')
+    if (!this.secret) throw new Unauthenticated('INVALID_SIGNATURE', 'Webhook outcomes are not accepted: DIALER_WEBHOOK_SECRET is not set')
     const problem = checkSignature(this.secret, headers, attemptId, body, this.now())
-    if (problem) throw new ApiError(401, 'INVALID_SIGNATURE', `The callback is not signed correctly: ${problem}`)
+    if (problem) throw new Unauthenticated('INVALID_SIGNATURE', `The callback is not signed correctly: ${problem}`)
   }
 
   async report(attemptId: string, outcome: Outcome, detail: string | null) {
     const attempt = await this.attempts.findOne({ _id: attemptId })
-    if (!attempt || attempt.provider !== 'webhook') throw new ApiError(404, 'ATTEMPT_NOT_FOUND', `No webhook attempt ${attemptId}`)
+    if (!attempt || attempt.provider !== 'webhook') throw new NotFound('ATTEMPT_NOT_FOUND', `No webhook attempt ${attemptId}`)
     const previous = () => this.reports.findOne({ _id: attemptId })
     if (attempt.outcome !== null) {
       const earlier = await previous()
-      throw new ApiError(409, 'ATTEMPT_FINISHED', 'The attempt already has its outcome', { outcome: attempt.outcome, reported: earlier ? earlier.outcome : null })
+      throw new InvalidState('ATTEMPT_FINISHED', 'The attempt already has its outcome', { outcome: attempt.outcome, reported: earlier ? earlier.outcome : null })
     }
     try {
       await this.reports.insertOne({ _id: attemptId, outcome, detail, receivedAt: new Date(this.now()) })
     } catch (error) {
       if (!(error instanceof DuplicateKeyError)) throw error
       const earlier = await previous()
-      throw new ApiError(409, 'OUTCOME_ALREADY_REPORTED', 'An outcome was already reported for this attempt', { outcome: earlier?.outcome ?? null })
+      throw new InvalidState('OUTCOME_ALREADY_REPORTED', 'An outcome was already reported for this attempt', { outcome: earlier?.outcome ?? null })
     }
     this.provider?.deliverReport(attemptId, { outcome, detail: detail ?? 'reported by webhook' })
     return { attemptId, outcome, detail, status: 'accepted' }

@@ -1,6 +1,6 @@
 // Contact control and progress: a contact with its attempts and the "why is it (not) being
 // dialed" answer, reschedule, cancel, and a batch's progress counters (one aggregation).
-import { ApiError, conflict, notFound } from '../../gateway/errors.js'
+import { Invalid, NotFound, InvalidState } from '../../platform/errors.js'
 import type { Platform } from '../../platform/index.js'
 import type { Collection } from '../../platform/store/index.js'
 import type { CountRow } from '../../platform/store/counted-index.js'
@@ -37,7 +37,7 @@ export class ContactControl {
 
   private async find(batch: BatchDoc, contactId: string) {
     const doc = await this.contacts.findOne({ _id: contactId, batchId: batch._id })
-    if (!doc) throw notFound('Contact')
+    if (!doc) throw new NotFound('NOT_FOUND', 'Contact not found')
     return doc
   }
 
@@ -80,7 +80,7 @@ export class ContactControl {
     const at = Date.parse(scheduledAt)
     const expected = 'a UTC date-time in the future and within 30 days'
     const invalid = (code: string, reason: string) =>
-      new ApiError(400, 'VALIDATION_FAILED', `scheduledAt ${reason}`, { details: [{ field: 'scheduledAt', code, reason: `scheduledAt ${reason}`, meta: { received: scheduledAt, expected } }] })
+      new Invalid('VALIDATION_FAILED', `scheduledAt ${reason}`, { details: [{ field: 'scheduledAt', code, reason: `scheduledAt ${reason}`, meta: { received: scheduledAt, expected } }] })
     if (at <= now) throw invalid('SCHEDULED_AT_IN_PAST', 'must be in the future')
     if (at > now + SCHEDULE_HORIZON_MS) throw invalid('SCHEDULED_AT_TOO_FAR', 'must be within the next 30 days')
     const doc = await this.contacts.findOneAndUpdate(
@@ -93,7 +93,7 @@ export class ContactControl {
       return this.describe(batch, doc)
     }
     const current = await this.find(batch, contactId)
-    throw conflict('CONTACT_IN_PROGRESS', 'The contact is being dialed now; reschedule it once the attempt has ended', { state: current.state })
+    throw new InvalidState('CONTACT_IN_PROGRESS', 'The contact is being dialed now; reschedule it once the attempt has ended', { state: current.state })
   }
 
   /** No further attempts (an attempt in flight still ends and is recorded). Cancelling twice is fine. */
@@ -109,7 +109,7 @@ export class ContactControl {
       return this.describe(batch, doc)
     }
     const current = await this.find(batch, contactId)
-    throw conflict('CONTACT_DONE', 'The contact is already done; there is nothing left to cancel', { state: current.state })
+    throw new InvalidState('CONTACT_DONE', 'The contact is already done; there is nothing left to cancel', { state: current.state })
   }
 
   /**

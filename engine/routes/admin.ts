@@ -1,7 +1,7 @@
 // Session administration (spec 4.3): live supervisor operations on one session. Every route
 // needs the admin role and a UserId header, which the history records.
-import { ApiError } from '../../gateway/errors.js'
-import type { JsonRoute, RequestContext, Route } from '../../gateway/routes.js'
+import { Invalid } from '../../platform/errors.js'
+import type { JsonRoute, RequestContext, Route } from '../../platform/http.js'
 import type { ContextMessageInput } from '../machine.js'
 import type { SessionCommand, SessionTransport } from '../transport.js'
 import { body, userIdOf, uuidParam } from './common.js'
@@ -173,7 +173,7 @@ function intQuery(ctx: RequestContext, name: string, fallback: number, min: numb
   const raw = ctx.query.get(name)
   if (raw === null || raw === '') return fallback
   if (!/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max) {
-    throw new ApiError(400, 'VALIDATION_FAILED', `${name} must be an integer between ${min} and ${max}`, { details: [{ field: name, code: 'OUT_OF_RANGE', reason: `${name} must be an integer between ${min} and ${max}` }] })
+    throw new Invalid('VALIDATION_FAILED', `${name} must be an integer between ${min} and ${max}`, { details: [{ field: name, code: 'OUT_OF_RANGE', reason: `${name} must be an integer between ${min} and ${max}` }] })
   }
   return Number(raw)
 }

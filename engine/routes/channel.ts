@@ -1,7 +1,7 @@
 // The assistant channel (spec 4.2): create a session and stream it, send user messages,
 // attach more consumers (or resume one with Last-Event-ID), end the session.
-import { ApiError } from '../../gateway/errors.js'
-import type { Route } from '../../gateway/routes.js'
+import { Invalid } from '../../platform/errors.js'
+import type { Route } from '../../platform/http.js'
 import { parseLastEventId } from '../../gateway/sse.js'
 import { isUuid } from '../../platform/ids.js'
 import type { ChannelHub } from '../hub.js'
@@ -76,9 +76,9 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       async open(ctx, start) {
         const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
         const consumerId = ctx.query.get('consumerId') ?? ctx.headers['x-consumer-id'] ?? undefined
-        if (consumerId !== undefined && !isUuid(consumerId)) throw new ApiError(400, 'INVALID_CONSUMER_ID', 'consumerId must be a UUID')
+        if (consumerId !== undefined && !isUuid(consumerId)) throw new Invalid('INVALID_CONSUMER_ID', 'consumerId must be a UUID')
         const lastEventId = parseLastEventId(ctx.headers['last-event-id'] ?? ctx.query.get('lastEventId'))
-        if (lastEventId === null) throw new ApiError(400, 'INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
+        if (lastEventId === null) throw new Invalid('INVALID_LAST_EVENT_ID', 'Last-Event-ID must be a non-negative integer')
         await hub.listen(
           { sessionId, accountId: ctx.principal.accountId },
           { consumerId: consumerId?.toLowerCase(), lastEventId },

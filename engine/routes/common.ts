@@ -1,6 +1,6 @@
 // Small request helpers shared by the channel and administration routes.
-import { ApiError } from '../../gateway/errors.js'
-import type { RequestContext } from '../../gateway/routes.js'
+import { Invalid } from '../../platform/errors.js'
+import type { RequestContext } from '../../platform/http.js'
 import { isUuid } from '../../platform/ids.js'
 import { schemas } from '../../schemas/index.js'
 
@@ -9,16 +9,16 @@ export function body<T>(ctx: RequestContext, schemaId: string, optional = false)
   const data = ctx.json()
   if (data === undefined) {
     if (optional) return {} as T
-    throw new ApiError(400, 'VALIDATION_FAILED', 'A JSON body is required', { details: [{ field: '(body)', code: 'REQUIRED', reason: 'A JSON body is required' }] })
+    throw new Invalid('VALIDATION_FAILED', 'A JSON body is required', { details: [{ field: '(body)', code: 'REQUIRED', reason: 'A JSON body is required' }] })
   }
   const issues = schemas.validate(schemaId, data)
-  if (issues.length) throw new ApiError(400, 'VALIDATION_FAILED', `The request body is invalid (${issues.length} problem${issues.length > 1 ? 's' : ''})`, { details: issues })
+  if (issues.length) throw new Invalid('VALIDATION_FAILED', `The request body is invalid (${issues.length} problem${issues.length > 1 ? 's' : ''})`, { details: issues })
   return data as T
 }
 
 export function uuidParam(ctx: RequestContext, name: string, code: string): string {
   const value = ctx.params[name] ?? ''
-  if (!isUuid(value)) throw new ApiError(400, code, `${name} must be a UUID, got "${value.slice(0, 80)}"`)
+  if (!isUuid(value)) throw new Invalid(code, `${name} must be a UUID, got "${value.slice(0, 80)}"`)
   return value.toLowerCase()
 }
 
@@ -27,9 +27,9 @@ const USER_ID = /^[\x21-\x7e](?:[\x20-\x7e]{0,126}[\x21-\x7e])?$/
 /** Administration requires a UserId header (who did it, recorded in the history). */
 export function userIdOf(ctx: RequestContext): string {
   const raw = ctx.headers['userid']
-  if (raw === undefined || raw.trim() === '') throw new ApiError(400, 'USER_ID_REQUIRED', 'The UserId header is required for administration requests')
+  if (raw === undefined || raw.trim() === '') throw new Invalid('USER_ID_REQUIRED', 'The UserId header is required for administration requests')
   if (!USER_ID.test(raw)) {
-    throw new ApiError(400, 'INVALID_USER_ID', 'UserId must be 1 to 128 printable ASCII characters, without leading or trailing spaces')
+    throw new Invalid('INVALID_USER_ID', 'UserId must be 1 to 128 printable ASCII characters, without leading or trailing spaces')
   }
   return raw
 }

@@ -1,8 +1,8 @@
 // Supervisor APIs (issue 13) the operator console stands on; the same admin role and UserId
 // header as the session administration routes.
-import type { JsonRoute } from '../../gateway/routes.js'
+import { Invalid } from '../../platform/errors.js'
+import type { JsonRoute } from '../../platform/http.js'
 import { enumParam, intParam, invalidParameter } from '../../gateway/query.js'
-import { ApiError } from '../../gateway/errors.js'
 import { ATTENTION_REASONS, type AttentionReason } from '../attention.js'
 import { decodeCursor, LISTING_STATES, type SessionDirectory } from '../session-directory.js'
 import type { Presence } from '../session-watch.js'
@@ -71,7 +71,7 @@ export function supervisionRoutes(directory: SessionDirectory, presence: Presenc
       const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
       const reason = ctx.params.reason ?? ''
       if (!(ATTENTION_REASONS as readonly string[]).includes(reason)) {
-        throw new ApiError(400, 'INVALID_ATTENTION_REASON', `reason must be one of ${ATTENTION_REASONS.join(', ')}`, { field: 'reason' })
+        throw new Invalid('INVALID_ATTENTION_REASON', `reason must be one of ${ATTENTION_REASONS.join(', ')}`, { field: 'reason' })
       }
       const flag = await directory.acknowledge(ctx.principal.accountId, sessionId, reason as AttentionReason, userId)
       return { status: 200, body: flag }

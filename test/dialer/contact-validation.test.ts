@@ -4,7 +4,7 @@ import t from 'tap'
 import { call, startTestService } from '../support/harness.js'
 import { validateLoad, validationCounts } from '../../dialer/contact-validation.js'
 import { loadFromBody } from '../../dialer/load-chunks.js'
-import { ApiError } from '../../gateway/errors.js'
+import { httpError } from '../../platform/http.js'
 
 function contacts(n: number, broken: (i: number) => boolean = () => false) {
   return Array.from({ length: n }, (_, i) => ({
@@ -34,7 +34,7 @@ t.test('the worker answers exactly what inline validation answers', async t => {
     ['nested deeper than MAX_JSON_DEPTH', Buffer.from(JSON.stringify(deep))],
     ['not JSON at all', Buffer.from('{"contacts": [' + 'x'.repeat(20_000))],
   ]
-  const answer = (p: Promise<unknown>) => p.then(load => ({ load }), (e: ApiError) => ({ status: e.status, body: e.body() }))
+  const answer = (p: Promise<unknown>) => p.then(load => ({ load }), (e: unknown) => ({ status: httpError(e)?.status, body: httpError(e)?.body(), headers: httpError(e)?.headers }))
   for (const [name, bytes] of cases) {
     const inline = await answer(Promise.resolve().then(() => loadFromBody(bytes, rules)))
     const offLoop = await answer(validateLoad(bytes, rules, 1))

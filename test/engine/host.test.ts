@@ -108,7 +108,7 @@ t.test('another node restores a session from the store and carries on', async t 
   const b = node(store)
   await b.start()
   t.teardown(() => b.stop())
-  t.rejects(b.transport.command({ ...target, accountId: 'globex' }, { type: 'query.snapshot' }), { status: 404 }, 'still scoped to its account')
+  t.rejects(b.transport.command({ ...target, accountId: 'globex' }, { type: 'query.snapshot' }), { kind: 'not_found', code: 'SESSION_NOT_FOUND' }, 'still scoped to its account')
   const snap: any = await b.transport.command(target, { type: 'query.snapshot' })
   t.equal(snap.data.snapshot.state, 'paused')
   t.same(snap.data.snapshot.memory.messages.map((m: any) => m.text), ['hello', 'Hello! How can I help you today?', 'kept while paused'])
@@ -230,9 +230,9 @@ t.test('a command while a session is being destroyed answers 404: it is not rest
   const { store, a, c, release } = await sessionWithHeldTombstone(t)
   const destroyed = a.transport.command(target, { type: 'session.destroy', reason: 'supervisor', by: 'admin', userId: 'sup' })
   for (let i = 0; i < 200 && a.host.hosts(SESSION); i++) await sleep(5)
-  const statusOf = (command: Promise<unknown>) => command.then(() => 'answered', error => (error as { status?: number }).status)
+  const codeOf = (command: Promise<unknown>) => command.then(() => 'answered', error => (error as { code?: string }).code)
   let answeredAt = 0
-  const during = statusOf(a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'still there?' })).finally(() => (answeredAt = Date.now()))
+  const during = codeOf(a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'still there?' })).finally(() => (answeredAt = Date.now()))
   await sleep(50)
   t.equal(answeredAt, 0, 'a command meanwhile waits for the close to be written')
   t.notOk(
@@ -243,10 +243,10 @@ t.test('a command while a session is being destroyed answers 404: it is not rest
   release()
   await destroyed
   t.ok(c.events.some(e => e.kind === 'closed'), 'told before the destroy is answered')
-  t.equal(await during, 404, 'during the destroy')
+  t.equal(await during, 'SESSION_NOT_FOUND', 'during the destroy')
   t.ok(answeredAt >= releasedAt, 'answered after the tombstone was written')
   t.equal(await a.host.closeReason(target), 'supervisor', 'whose close reason the store answers')
-  t.equal(await statusOf(a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'and now?' })), 404, 'after it')
+  t.equal(await codeOf(a.transport.command(target, { type: 'user.message', consumerId: 'c1', text: 'and now?' })), 'SESSION_NOT_FOUND', 'after it')
   t.match(await store.collection('engine_sessions').findOne({ _id: SESSION }), { state: 'destroyed' })
   t.notOk(a.host.hosts(SESSION), 'not live on the node')
 })

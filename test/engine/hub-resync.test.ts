@@ -18,7 +18,7 @@ import { createLogger } from '../../platform/logger.js'
 import { createMetrics } from '../../platform/metrics.js'
 import { MemoryStore } from '../../platform/store/index.js'
 import type { Platform } from '../../platform/index.js'
-import type { StreamSink } from '../../gateway/routes.js'
+import type { StreamSink } from '../../platform/http.js'
 
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 

@@ -81,7 +81,7 @@ async function orphansOf(t: Tap, store: Store): Promise<string[]> {
   await a.transport.command({ sessionId: owed, accountId: 'acme' }, { type: 'user.message', consumerId: 'c1', text: 'hello' })
   await a.transport.command({ sessionId: owed, accountId: 'acme' }, { type: 'query.history', after: 0, limit: 1 }) // the message is written
   const first = await create(a, 'acme', { outbound: { type: 'dynamic', parameters: { previousWhisperedMessages: [] } } })
-  await t.rejects(create(a), { status: 429, code: 'SESSION_LIMIT_REACHED' }, 'the crew is full')
+  await t.rejects(create(a), { kind: 'limit_reached', code: 'SESSION_LIMIT_REACHED' }, 'the crew is full')
   // Gone: actors stopped without their destroy path (sessions stay persisted as live).
   await a.stop()
   return [idle, paused, owed, first]
@@ -108,7 +108,7 @@ for (const kind of STORES) {
     const b = node(store, { ENGINE_REAPER_INTERVAL_MS: '100', SESSION_IDLE_TIMEOUT_MS: '60000' })
     await b.start()
     t.teardown(() => b.stop())
-    await t.rejects(create(b), { status: 429 }, 'host B is refused too: the slots leaked')
+    await t.rejects(create(b), { code: 'SESSION_LIMIT_REACHED' }, 'host B is refused too: the slots leaked')
     const mine = await create(b, 'globex')
 
     const freedAfter = await until('the slots to be freed', async () => (await slotsOf(store)) === 0)

@@ -179,7 +179,7 @@ t.test('consumer ids per session are bounded on the engine side; the least recen
   const doc = await store.collection('engine_sessions').findOne({ _id: SESSION })
   t.ok(doc!.consumers.length <= 3, `the stored list is bounded (${doc!.consumers.length})`)
   for (const gone of ['c0', 'c1', 'c150', 'c199']) {
-    await t.rejects(transport.command(target, { type: 'user.message', consumerId: gone, text: 'x' }), { status: 400, code: 'UNKNOWN_CONSUMER' }, `${gone} forgotten`)
+    await t.rejects(transport.command(target, { type: 'user.message', consumerId: gone, text: 'x' }), { kind: 'invalid', code: 'UNKNOWN_CONSUMER' }, `${gone} forgotten`)
   }
   await c.until('crew.status.waiting', 2)
   for (const known of ['c198', 'c200', 'c201']) {

@@ -2,7 +2,7 @@
 // than its share of the streams (a heartbeat fan-out never holds the loop for every stream).
 import t from 'tap'
 import { eventBody, HeartbeatWheel, SseStream } from '../../gateway/sse.js'
-import type { StreamSink } from '../../gateway/routes.js'
+import type { StreamSink } from '../../platform/http.js'
 
 class RecordingSink implements StreamSink {
   writes: { at: number; chunk: string }[] = []

@@ -103,7 +103,7 @@ t.test('where turns run in the same process, a message past the pace is refused 
   // A gateway-only process: its loop's pace is not its engines'; the engine's `turn` check decides.
   t.doesNotThrow(() => guard.admit('message'))
   guard.hostsTurns()
-  t.throws(() => guard.admit('message'), { status: 503, code: 'OVERLOADED', extra: { reason: 'loop_busy' }, headers: { 'Retry-After': '1' } })
-  t.throws(() => guard.admit('turn'), { status: 503, code: 'OVERLOADED' })
+  t.throws(() => guard.admit('message'), { kind: 'unavailable', code: 'OVERLOADED', extra: { reason: 'loop_busy' }, retryAfterSeconds: 1 })
+  t.throws(() => guard.admit('turn'), { kind: 'unavailable', code: 'OVERLOADED' })
   t.doesNotThrow(() => guard.admit('session'), 'sessions are not paced (the switch refuses those)')
 })

@@ -1,8 +1,12 @@
-// What a module hands the gateway: a table of routes. Handlers never see uWebSockets.js;
-// they get a plain request and return a result (or, for streams, drive an EventSink).
-import type { Principal } from './auth.js'
+// The HTTP contract between the modules and the gateway: the route tables a module hands the
+// gateway, the answers its handlers return, and how a domain error (platform/errors.ts) becomes
+// an HTTP answer. Handlers never see uWebSockets.js; they get a plain request and return a
+// result (or, for streams, drive a StreamSink). Route tables and HTTP adapters import this file;
+// the modules' own logic imports platform/errors.ts and never learns a status code.
+import { DomainError, type ErrorKind } from './errors.js'
+import type { Principal, Role } from './principal.js'
 
-export type Role = 'dialer' | 'channel' | 'admin' | 'reports'
+export type { Principal, Role } from './principal.js'
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'del'
 
 export interface RequestContext {
@@ -68,7 +72,7 @@ export interface UploadRoute extends RouteBase {
 
 export interface StreamRoute extends RouteBase {
   kind: 'stream'
-  /** Called once the body is read. Throwing ApiError before the first write answers JSON. */
+  /** Called once the body is read. Throwing (an ApiError or a DomainError) before the first write answers JSON. */
   open(ctx: RequestContext, start: (headers?: Record<string, string>) => StreamSink): Promise<void>
 }
 
@@ -82,4 +86,49 @@ export interface ServiceModule {
   start(): Promise<void>
   /** Stops workers and timers; in-flight work finishes or is left for redelivery. */
   stop(): Promise<void>
+}
+
+/**
+ * An error that already is an HTTP answer: what the gateway itself refuses (framing, limits,
+ * auth) and what HTTP adapters decide (idempotency keys). Its body is { code, message, ...extra }.
+ */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly extra: Record<string, unknown> = {},
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message)
+  }
+
+  body() {
+    return { code: this.code, message: this.message, ...this.extra }
+  }
+}
+
+/** The one table from a domain error's kind to its HTTP status. */
+export const HTTP_STATUS: Readonly<Record<ErrorKind, number>> = {
+  invalid: 400,
+  unauthenticated: 401,
+  forbidden: 403,
+  not_found: 404,
+  invalid_state: 409,
+  unsupported: 415,
+  limit_reached: 429,
+  internal: 500,
+  unavailable: 503,
+  timed_out: 504,
+}
+
+/**
+ * The HTTP answer of an error: an ApiError as it is, a domain error by its kind (Retry-After
+ * when it says when to retry); undefined for anything else (a fault: 500 at the gateway).
+ */
+export function httpError(error: unknown): ApiError | undefined {
+  if (error instanceof ApiError) return error
+  if (!(error instanceof DomainError)) return undefined
+  const headers = error.retryAfterSeconds === undefined ? undefined : { 'Retry-After': String(error.retryAfterSeconds) }
+  return new ApiError(HTTP_STATUS[error.kind], error.code, error.message, error.extra, headers)
 }
