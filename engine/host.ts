@@ -6,7 +6,7 @@
 // leaves in the store goes through its SessionWriter (engine/session-writer.ts) to the
 // SessionStore (engine/session-store.ts).
 import { createActor, type Actor, type AnyActorRef } from 'xstate'
-import { OverloadGuard } from '../gateway/overload.js'
+import { OverloadGuard } from '../platform/overload.js'
 import { Invalid, InvalidState, NotFound, sessionNotFound, ShuttingDown, Unavailable } from '../platform/errors.js'
 import type { Platform } from '../platform/index.js'
 import { OffLoopStore, type Store } from '../platform/store/index.js'

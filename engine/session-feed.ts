@@ -9,7 +9,7 @@
 // applies by sessionId. Both reads are cursors on (updated_at, _id) that only move forward, so a
 // feed progresses whatever the rate of changes, and a tick reads at most `batch` rows for each.
 import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gateway/sse.js'
-import { OverloadGuard } from '../gateway/overload.js'
+import { OverloadGuard } from '../platform/overload.js'
 import { Invalid } from '../platform/errors.js'
 import type { StreamRoute } from '../platform/http.js'
 import type { Clock } from '../platform/clock.js'

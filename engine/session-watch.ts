@@ -5,7 +5,7 @@
 // transport directly, so it is no channel consumer (no consumer slot, no delivery position).
 // Presence: who watches which session, from the open watch streams of this process.
 import { Invalid, NotFound } from '../platform/errors.js'
-import { OverloadGuard } from '../gateway/overload.js'
+import { OverloadGuard } from '../platform/overload.js'
 import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gateway/sse.js'
 import type { StreamRoute } from '../platform/http.js'
 import type { SessionTransport } from './transport.js'

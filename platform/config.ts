@@ -157,14 +157,14 @@ export interface Config {
     /** Records a feed reads per tick and cursor at most. */
     feedBatch: number
   }
-  /** Overload control (gateway/overload.ts): past these, new work is refused with 503 and Retry-After. */
+  /** Overload control (platform/overload.ts): past these, new work is refused with 503 and Retry-After. */
   overload: {
     loopDelayMs: number
     /** Percent of a 250 ms window the event loop may be busy (two windows in a row) before new work is refused; 0 = off. */
     loopBusyPercent: number
     maxStreams: number
     /**
-     * One account's share of the process's streams (gateway/stream-shares.ts): this percent of
+     * One account's share of the process's streams (platform/stream-shares.ts): this percent of
      * maxStreams, never fewer than the floor; past it, 429 ACCOUNT_STREAM_LIMIT.
      */
     accountStreamsPercent: number

@@ -5,7 +5,7 @@ import type { Clock } from './clock.js'
 import type { Config } from './config.js'
 import type { Logger } from './logger.js'
 import type { Metrics } from './metrics.js'
-import type { OverloadGuard } from '../gateway/overload.js'
+import type { OverloadGuard } from './overload.js'
 import type { Store } from './store/index.js'
 
 export interface Platform {

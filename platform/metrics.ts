@@ -26,7 +26,7 @@ export interface Metrics {
   sessionsPersistenceStopped: Gauge
   sessionsHibernated: Gauge
   overloadRefused: Counter<'reason'>
-  /** Stream places taken on this process (gateway/stream-shares.ts), by kind: channel, supervision. */
+  /** Stream places taken on this process (platform/stream-shares.ts), by kind: channel, supervision. */
   streamPlacesHeld: Gauge<'kind'>
   /** Streams refused 429 ACCOUNT_STREAM_LIMIT: the account held its share, by kind. */
   accountStreamsRefused: Counter<'kind'>

@@ -8,13 +8,13 @@
 //     late one: many short callbacks keep each timer nearly on time while turns and their writes
 //     queue up (seen at 2,000 msg/s: delay p99 25 ms, replies 600 ms late). New sessions and
 //     streams are refused while two windows in a row are past it, until one is 10 points under;
-//     user messages are let in at the pace the loop can serve (gateway/paced-admission.ts),
+//     user messages are let in at the pace the loop can serve (platform/paced-admission.ts),
 //     where their turn runs (the engine's check, `turn`; in a process that is both, the gateway's
 //     `message` check refuses one early when the pace has no room);
 //   - channel streams on this process at OVERLOAD_MAX_STREAMS, supervisors' feeds and watches at
 //     OVERLOAD_MAX_SUPERVISION_STREAMS (new streams only; a place is taken when a stream is
 //     admitted, before it opens). Within those, one account may hold only its share of each
-//     (gateway/stream-shares.ts): past it, 429 ACCOUNT_STREAM_LIMIT, not 503;
+//     (platform/stream-shares.ts): past it, 429 ACCOUNT_STREAM_LIMIT, not 503;
 //   - assistant turns in flight on this process above ENGINE_MAX_TURNS_IN_FLIGHT (messages that
 //     would start a turn only).
 // What is refused: new sessions, new streams (listen, supervisors' feeds and watches) and user
@@ -23,9 +23,9 @@
 import { monitorEventLoopDelay, performance, type EventLoopUtilization, type IntervalHistogram } from 'node:perf_hooks'
 import { PACE_WINDOW_MS, PacedAdmission } from './paced-admission.js'
 import { StreamShares, type StreamPlace } from './stream-shares.js'
-import { Unavailable } from '../platform/errors.js'
-import type { Logger } from '../platform/logger.js'
-import type { Metrics } from '../platform/metrics.js'
+import { Unavailable } from './errors.js'
+import type { Logger } from './logger.js'
+import type { Metrics } from './metrics.js'
 
 export interface OverloadLimits {
   /** p99 event-loop delay (ms) past which new work is refused; 0 = never. */

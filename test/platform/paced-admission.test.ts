@@ -1,12 +1,12 @@
 // Past OVERLOAD_LOOP_BUSY_PERCENT, user messages are let in at the pace the loop can serve
-// (gateway/paced-admission.ts) instead of all refused and then all taken again. What an operator
+// (platform/paced-admission.ts) instead of all refused and then all taken again. What an operator
 // relies on: a loop under its target refuses nothing, even through one busy window (a collection);
 // a loop that stays past it takes about what it serves at the target and refuses the rest; a pace
 // set while other work filled the loop does not go on refusing what the loop can serve; when the
 // loop is quiet again the pace is lifted. The clock is the test's, so the arithmetic is exact.
 import t from 'tap'
-import { PACE_WINDOW_MS, PacedAdmission } from '../../gateway/paced-admission.js'
-import { OverloadGuard } from '../../gateway/overload.js'
+import { PACE_WINDOW_MS, PacedAdmission } from '../../platform/paced-admission.js'
+import { OverloadGuard } from '../../platform/overload.js'
 
 function admission(target = 0.8) {
   let now = 0

@@ -9,7 +9,7 @@
 // A place is taken when a stream is admitted, before it opens (a listen first waits for its
 // session's attach, a watch for the history): counting only open streams let concurrent
 // requests all pass the check before any of them opened.
-import { LimitReached } from '../platform/errors.js'
+import { LimitReached } from './errors.js'
 
 export interface StreamShareLimits {
   /** Places on this process; 0 = no limit (and no account share). */
