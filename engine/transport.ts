@@ -9,9 +9,8 @@
 //              subscribe() is a plain subscription, opened before create() sends so no early
 //              event is missed; replay() reads the session's event log (engine/event-log.ts).
 // The in-process implementation below calls the host directly.
-import type { SessionHost } from './host.js'
 import type { ContextMessageInput } from './machine.js'
-import type { StreamEvent } from './event-log.js'
+import type { EventLog, StreamEvent } from './event-log.js'
 import type { OutboundSpec } from './types.js'
 
 export interface SessionTarget {
@@ -76,8 +75,20 @@ export interface SessionTransport {
   closeReason(target: SessionTarget): Promise<string | null>
 }
 
+/**
+ * What the in-process transport calls: the actor host of this process (engine/host.ts). Named
+ * here, so that the host depends on the transport's types and not the other way round.
+ */
+export interface LocalSessions {
+  create(request: CreateSessionRequest, listener: TransportListener): Promise<Subscription>
+  command(target: SessionTarget, command: SessionCommand): Promise<unknown>
+  subscribe(target: SessionTarget, listener: TransportListener): Promise<FeedSubscription>
+  closeReason(target: SessionTarget): Promise<string | null>
+  readonly events: Pick<EventLog, 'read' | 'last'>
+}
+
 export class InProcessTransport implements SessionTransport {
-  constructor(private readonly host: SessionHost) {}
+  constructor(private readonly host: LocalSessions) {}
 
   create(request: CreateSessionRequest, listener: TransportListener) {
     return this.host.create(request, listener)

@@ -13,9 +13,7 @@
 //   value: a real observed value, never below the exact percentile and at most ~1% above it
 //   (bins are e^0.01 wide; values below ~100 ms get a bin each, so they are exact).
 import type { MetricDefinition, ReportDefinition } from './definitions.js'
-import { cellWhere, type SlotCell } from './slots.js'
-
-export const BIN_SCALE = 100
+import { BIN_SCALE, cellWhere, type SlotCell } from './slots.js'
 
 type Expression = unknown
 

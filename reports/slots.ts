@@ -29,8 +29,7 @@
 // still change); reports read them from the records (few: only sessions still running).
 import type { BulkOp, IndexSpec } from '../platform/store/index.js'
 import { METRIC_FIELDS, WHERE_FIELDS } from '../schemas/reports.js'
-import { BIN_SCALE } from './metrics.js'
-import type { SessionRecordDoc } from './session-records.js'
+import type { SessionRecordDoc } from './record-types.js'
 
 export const SLOT_COUNTS = 'report_slot_counts'
 export const SLOT_STATS = 'report_slot_stats'
@@ -102,6 +101,9 @@ export const blockId = (accountId: string, crewId: string, b: Block) => JSON.str
 export const SLOT_INDEXES: IndexSpec[] = [
   { name: 'account_crew_level_slot', key: { accountId: 1, crew_id: 1, level: 1, slot: 1 }, partitionFields: 4 },
 ]
+
+/** Width of the log histograms' bins (metrics.ts): bins are e^(1/BIN_SCALE) wide. */
+export const BIN_SCALE = 100
 
 export const histogramBin = (value: number) => Math.floor(Math.log(value + 1) * BIN_SCALE)
 

@@ -21,7 +21,7 @@
 //
 // TTL: a TTL index is an ordered index on its Date field; a sweep reads the expired end of it
 // a bounded slice at a time (TTL_SLICE entries per transaction), never the whole collection.
-import type { Database } from 'lmdb'
+import type { Database, RootDatabase } from 'lmdb'
 import { aggregate } from 'mingo'
 import {
   type BulkOp,
@@ -56,7 +56,30 @@ import {
   type StoredIndex,
   watchesAny,
 } from './lmdb-indexes.js'
-import type { LmdbStore } from './lmdb-store.js'
+import type { WriteBatches } from './write-batch.js'
+import type { Logger } from '../logger.js'
+
+/**
+ * What a collection uses of its store (LmdbStore): the environment, the databases collections
+ * share, and the store's bookkeeping. Declared here so that the store depends on its
+ * collections and not the other way round.
+ */
+export interface CollectionEnvironment {
+  readonly env: RootDatabase
+  readonly meta: Database<unknown, string>
+  readonly structures: Database<unknown, string>
+  readonly reads: { keys: number; documents: number }
+  readonly batches: WriteBatches
+  readonly closed: boolean
+  readonly logger?: Logger
+  declared(collection: string): StoredIndex[]
+  revision(collection: string): number
+  indexDb(collection: string, index: string, generation?: number): Database<Buffer, KeyPart[]>
+  countDb(collection: string, index: string): Database<number, KeyPart[]>
+  existingCountDb(collection: string, index: string): Database<number, KeyPart[]> | undefined
+  storedKeys(db: Database<any, any>, limit?: number): Buffer[]
+  background(chore: Promise<unknown>): void
+}
 
 /** Documents written per transaction by a bulk write, updateMany or deleteMany (see above). */
 export const WRITE_SLICE = 256
@@ -87,7 +110,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
   /** The indexes queries can read documents through (a counted index has no entry per document). */
   private plannable: EntryIndex[] = []
 
-  constructor(readonly name: string, private readonly store: LmdbStore, readonly json: boolean) {
+  constructor(readonly name: string, private readonly store: CollectionEnvironment, readonly json: boolean) {
     // A JSON collection only looks for a c: database left from before; it never creates one.
     this.docs = store.env.openDB<T, string>({ name: `c:${name}`, create: !json, ...sharedStructures(store.structures, name) } as { name: string })
     if (json) {
