@@ -1,6 +1,7 @@
 // Service configuration, read once from the environment and validated at start so that a
 // typo fails loudly before any port is opened.
 import { availableParallelism } from 'node:os'
+import { WIRE_VERSIONS, type WireVersion } from '../schemas/wire.js'
 
 export type ProcessRole = 'all' | 'gateway' | 'engine' | 'worker'
 
@@ -28,6 +29,13 @@ export interface Config {
     streamReplicas: number
     /** How long JetStream waits for a worker's ack before redelivering its message. */
     ackWaitMs: number
+    /**
+     * The wire protocol version this process writes on NATS (platform/wire.ts): the newest this
+     * build speaks, or the previous one while processes that cannot read the newest still run
+     * (docs/deploy.md, wire protocol). It reads both either way, and answers a request in the
+     * request's own version.
+     */
+    wireVersion: WireVersion
   }
   /** Embedded mode keeps uploads here. */
   dataDir: string
@@ -263,6 +271,7 @@ export function loadConfig(env: Env = process.env): Config {
     nats: {
       streamReplicas: int(env, 'NATS_STREAM_REPLICAS', 1, 1),
       ackWaitMs: int(env, 'NATS_ACK_WAIT_MS', 30_000, 1000),
+      wireVersion: Number(oneOf(env, 'NATS_WIRE_VERSION', WIRE_VERSIONS.map(String), String(WIRE_VERSIONS[WIRE_VERSIONS.length - 1]))) as WireVersion,
     },
     dataDir: env.DATA_DIR || '.data',
     apiKeys: env.API_KEYS ?? '',

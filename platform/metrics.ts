@@ -32,6 +32,8 @@ export interface Metrics {
   accountStreamsRefused: Counter<'kind'>
   eventLoopDelayP99: Gauge
   messagePace: Gauge
+  /** NATS messages refused at this process's edge (platform/wire.ts), by message and reason. */
+  wireRefused: Counter<'message' | 'reason'>
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -147,6 +149,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     messagePace: new Gauge({
       name: 'switchboard_overload_message_pace',
       help: 'User messages per second this process lets in while its event loop is past OVERLOAD_LOOP_BUSY_PERCENT; -1 = not paced',
+      registers,
+    }),
+    wireRefused: new Counter({
+      name: 'switchboard_wire_refused_total',
+      help: 'NATS messages refused at the edge of this process (docs/deploy.md, wire protocol), by message and reason: json (not JSON), version (a protocol version this build does not read), schema (not what its version says)',
+      labelNames: ['message', 'reason'],
       registers,
     }),
     sessionsHibernated: new Gauge({
