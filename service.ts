@@ -11,9 +11,10 @@ import { type Bus, LmdbBus, MemoryBus, NatsBus } from './platform/bus/index.js'
 import { type Clock, systemClock } from './platform/clock.js'
 import type { Config } from './platform/config.js'
 import { createLogger, type Logger } from './platform/logger.js'
-import { createMetrics } from './platform/metrics.js'
+import { createMetrics, type Metrics } from './platform/metrics.js'
 import { OverloadGuard } from './platform/overload.js'
 import { applyV8Flags } from './platform/v8-flags.js'
+import { Wire } from './platform/wire.js'
 import { embeddedStorePath, LmdbStore, MongoStore, type Store } from './platform/store/index.js'
 import type { Platform } from './platform/index.js'
 import { buildOpenApi, schemas } from './schemas/index.js'
@@ -47,10 +48,16 @@ async function openStore(config: Config, clock: Clock, logger: Logger): Promise<
  * embedded database (a load acknowledged before a restart completes after it), or in memory
  * when the store is not the embedded one (MongoDB without NATS: one process, as before).
  */
-async function openBus(config: Config, logger: Logger, store: Store): Promise<Bus> {
+async function openBus(config: Config, logger: Logger, store: Store, metrics: Metrics): Promise<Bus> {
   if (!config.natsUrl) return store instanceof LmdbStore ? new LmdbBus(store, logger) : new MemoryBus(logger)
   return NatsBus.connect(
-    { servers: config.natsUrl, name: `switchboard-${config.role}-${process.pid}`, replicas: config.nats.streamReplicas, ackWaitMs: config.nats.ackWaitMs },
+    {
+      servers: config.natsUrl,
+      name: `switchboard-${config.role}-${process.pid}`,
+      replicas: config.nats.streamReplicas,
+      ackWaitMs: config.nats.ackWaitMs,
+      wire: new Wire({ writes: config.nats.wireVersion, logger, metrics }),
+    },
     logger,
   )
 }
@@ -69,7 +76,7 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   const metrics = createMetrics({ defaultMetrics: true })
   const store = await openStore(config, clock, logger)
   const idempotencyStore = openIdempotencyStore(config, store)
-  const bus = await openBus(config, logger, store)
+  const bus = await openBus(config, logger, store, metrics)
   const overload = new OverloadGuard(config.overload, metrics, logger)
   overload.start()
   const platform: Platform = { config, store, bus, clock, logger, metrics, overload }

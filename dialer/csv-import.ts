@@ -111,7 +111,7 @@ export class CsvImports {
   ) {
     this.uploads = platform.store.collection<UploadDoc>(COLLECTIONS.uploads)
     this.rowErrors = platform.store.collection<ImportErrorDoc>(COLLECTIONS.importErrors)
-    this.queue = platform.bus.queue<ImportMessage>(IMPORT_QUEUE)
+    this.queue = platform.bus.queue<ImportMessage>(IMPORT_QUEUE, { message: 'queue.dialer.import' })
     this.worker = { queue: this.queue, handle: d => this.run(d), options: { concurrency: 1, maxDeliveries: 3 } }
     this.listener = listenerOrigin(platform.config.host, platform.config.port)
   }

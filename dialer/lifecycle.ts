@@ -28,7 +28,7 @@ export class BatchLifecycle {
     private readonly operations: Operations,
     private readonly log: BatchLog,
   ) {
-    this.queue = platform.bus.queue<LifecycleMessage>(LIFECYCLE_QUEUE)
+    this.queue = platform.bus.queue<LifecycleMessage>(LIFECYCLE_QUEUE, { message: 'queue.dialer.lifecycle' })
     this.worker = { queue: this.queue, handle: d => this.run(d), options: { concurrency: 2, maxDeliveries: MAX_DELIVERIES } }
   }
 

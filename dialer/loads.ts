@@ -49,7 +49,7 @@ export class ContactLoads {
   ) {
     this.active = new ActiveContacts(platform.store)
     this.application = new ChunkApplication({ store: platform.store, clock: platform.clock, batches, operations, log, active: this.active })
-    this.queue = platform.bus.queue<ChunkMessage>(LOAD_QUEUE)
+    this.queue = platform.bus.queue<ChunkMessage>(LOAD_QUEUE, { message: 'queue.dialer.chunk' })
     this.worker = {
       queue: this.queue,
       handle: delivery => this.handle(delivery),

@@ -2,6 +2,7 @@
 // channel and live administration.
 import { Unavailable } from '../platform/errors.js'
 import type { ServiceModule } from '../platform/http.js'
+import { Wire } from '../platform/wire.js'
 import type { Platform } from '../platform/index.js'
 import { SessionRecorder } from '../reports/index.js'
 import { writesOffTheLoop } from '../platform/store/index.js'
@@ -135,7 +136,9 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
   const timing = { heartbeatMs: config.engine.heartbeatMs, renewMs: config.engine.leaseRenewMs }
   const hosting = cluster.mode !== 'gateway'
   const serving = cluster.mode !== 'node'
-  const node = hosting ? new EngineNode(cluster.nc, logger.child({ engine: 'node' })) : undefined
+  // Every message this process sends or reads on NATS goes through it (docs/deploy.md, wire protocol).
+  const wire = new Wire({ writes: config.nats.wireVersion, logger, metrics: platform.metrics })
+  const node = hosting ? new EngineNode(cluster.nc, logger.child({ engine: 'node' }), wire) : undefined
   let ownership: Ownership | undefined
   let directory: NodeDirectory | undefined
   let reaper: OrphanReaper | undefined
@@ -177,15 +180,16 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions, presence), ...supervisionStreams(platform, sessions, transport, presence)] : [],
     async start() {
       if (serving) await sessions.ensureIndexes()
-      directory = await NodeDirectory.open(cluster.nc, timing, cluster.replicas)
+      directory = await NodeDirectory.open(cluster.nc, timing, wire, cluster.replicas)
       log = await JetStreamEventLog.open(cluster.nc, {
         perSession: config.channel.replayBufferEvents,
         retentionMs: config.channel.eventRetentionMs,
         replicas: cluster.replicas ?? 1,
         logger,
+        wire,
       })
       if (serving) {
-        remote = new NatsSessionTransport(cluster.nc, directory, log, { timeoutMs: config.engine.requestTimeoutMs, logger, tombstones: new SessionStore(platform.store) })
+        remote = new NatsSessionTransport(cluster.nc, directory, log, { timeoutMs: config.engine.requestTimeoutMs, logger, tombstones: new SessionStore(platform.store), wire })
         void remote.watchLink(() =>
           hub.resync().then(
             feeds => logger.info('reconnected to NATS: streams read back what they missed', { feeds }),

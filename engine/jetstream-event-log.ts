@@ -5,7 +5,9 @@
 // engine node that published them is gone.
 //
 // Appends are plain publishes (one per event, no ack to wait for; Nats-Msg-Id = session, epoch
-// and seq, so a publish retried by the client after a reconnect is stored once). Reads use a
+// and seq, so a publish retried by the client after a reconnect is stored once), versioned like
+// every message on NATS; what is read back is checked (platform/wire.ts), and the stream keeps
+// events of the previous version for as long as its retention. Reads use a
 // short-lived ephemeral consumer filtered on the session's subject (nats-server 2.9 has neither
 // multi-filter ordered consumers nor batched direct gets).
 import { headers, type NatsConnection } from '@nats-io/transport-node'
@@ -21,7 +23,9 @@ import {
   type JetStreamClient,
   type JetStreamManager,
 } from '@nats-io/jetstream'
+import { Unavailable } from '../platform/errors.js'
 import type { Logger } from '../platform/logger.js'
+import type { Wire } from '../platform/wire.js'
 import { isNewer, type EventLog, type LogPosition, type StreamEvent } from './event-log.js'
 
 export const EVENTS_STREAM = 'SB_SESSION_EVENTS'
@@ -34,6 +38,7 @@ export interface JetStreamEventLogOptions {
   retentionMs: number
   replicas: number
   logger: Logger
+  wire: Wire
 }
 
 export class JetStreamEventLog implements EventLog {
@@ -43,6 +48,7 @@ export class JetStreamEventLog implements EventLog {
     private readonly jsm: JetStreamManager,
     private readonly js: JetStreamClient,
     private readonly logger: Logger,
+    private readonly wire: Wire,
   ) {}
 
   /** Opens (creating it when missing) the stream; an existing one is used as it is. */
@@ -67,7 +73,7 @@ export class JetStreamEventLog implements EventLog {
         await jsm.streams.info(EVENTS_STREAM) // created concurrently by another process: fine
       }
     }
-    return new JetStreamEventLog(nc, jsm, jetstream(nc), options.logger)
+    return new JetStreamEventLog(nc, jsm, jetstream(nc), options.logger, options.wire)
   }
 
   append(sessionId: string, event: StreamEvent) {
@@ -75,7 +81,7 @@ export class JetStreamEventLog implements EventLog {
     h.set('Nats-Msg-Id', `${sessionId}:${event.epoch}:${event.seq}`)
     try {
       const { body: _serialisedForStreams, ...wire } = event
-      this.nc.publish(eventsSubject(sessionId), JSON.stringify(wire), { headers: h })
+      this.nc.publish(eventsSubject(sessionId), this.wire.encode(wire), { headers: h })
     } catch (error) {
       this.logger.warn('session event not published', { sessionId, seq: event.seq, error })
     }
@@ -85,8 +91,15 @@ export class JetStreamEventLog implements EventLog {
   async last(sessionId: string): Promise<LogPosition | null> {
     const message = await this.jsm.streams.getMessage(EVENTS_STREAM, { last_by_subj: eventsSubject(sessionId) })
     if (!message) return null
-    const { seq, epoch } = message.json<StreamEvent>()
+    const { seq, epoch } = this.lastOf(sessionId, message.data)
     return { seq, epoch }
+  }
+
+  /** The session's last stored event; one this build cannot read leaves its position unknown. */
+  private lastOf(sessionId: string, data: Uint8Array): StreamEvent {
+    const event = this.wire.decode<StreamEvent>('session.event', data, { stream: EVENTS_STREAM, subject: eventsSubject(sessionId) })
+    if (!event.ok) throw new Unavailable('WIRE_REFUSED', `The last event of session ${sessionId} cannot be read by this process (see its log)`, {}, { retryAfterSeconds: 1 })
+    return event.message
   }
 
   async read(sessionId: string, after: number): Promise<StreamEvent[]> {
@@ -104,13 +117,17 @@ export class JetStreamEventLog implements EventLog {
       const messages = await (await this.js.consumers.get(EVENTS_STREAM, consumer.name)).fetch({ max_messages: consumer.num_pending, expires: 5_000 })
       let position = { seq: after, epoch: 0 }
       for await (const msg of messages) {
-        const event = msg.json<StreamEvent>()
-        // In log order; what an owner that lost the session flushed late is skipped.
-        if (isNewer(event, position)) {
-          position = event
-          out.push(event)
-        } else if (event.seq <= after && event.epoch > position.epoch) {
-          position = { seq: after, epoch: event.epoch }
+        // One this build cannot read is left out (logged and counted): a gap in seq, as if not kept.
+        const decoded = this.wire.decode<StreamEvent>('session.event', msg.data, { stream: EVENTS_STREAM, subject: msg.subject })
+        if (decoded.ok) {
+          const event = decoded.message
+          // In log order; what an owner that lost the session flushed late is skipped.
+          if (isNewer(event, position)) {
+            position = event
+            out.push(event)
+          } else if (event.seq <= after && event.epoch > position.epoch) {
+            position = { seq: after, epoch: event.epoch }
+          }
         }
         if (msg.info.pending === 0) break
       }
@@ -123,11 +140,11 @@ export class JetStreamEventLog implements EventLog {
   async takeOver(sessionId: string, epoch: number): Promise<number> {
     for (let attempt = 0; ; attempt++) {
       const last = await this.jsm.streams.getMessage(EVENTS_STREAM, { last_by_subj: eventsSubject(sessionId) })
-      const seq = last ? last.json<StreamEvent>().seq : 0
+      const seq = last ? this.lastOf(sessionId, last.data).seq : 0
       // The mark is stored only if nothing landed since `last`: a late publish of the previous
       // owner makes it fail, and the new owner reads again (so it never reuses that seq).
       try {
-        await this.js.publish(eventsSubject(sessionId), JSON.stringify({ kind: 'owner', seq, epoch }), {
+        await this.js.publish(eventsSubject(sessionId), this.wire.encode({ kind: 'owner', seq, epoch }), {
           expect: { lastSubjectSequence: last?.seq ?? 0 },
           msgID: `${sessionId}:${epoch}:owner`,
         })

@@ -1,5 +1,6 @@
 // The session transport over NATS (engine nodes linked over NATS). Protocol (docs/deploy.md,
-// "Engine nodes over NATS"), every payload JSON:
+// "Engine nodes over NATS" and "Wire protocol"), every payload JSON with its protocol version
+// `v`, decoded and checked against its schema at this edge (platform/wire.ts):
 //
 //   sb.engine.<node>.create   gateway -> chosen node (least loaded)     {request}           -> Reply
 //   sb.engine.create          same, queue group `engines` (no node known yet)
@@ -11,7 +12,9 @@
 //                             StreamEvent), also kept by the SB_SESSION_EVENTS JetStream stream
 //                             for replay (engine/jetstream-event-log.ts)
 //
-//   Reply = {ok: true, result} | {ok: false, error: {status, code, message, extra}} | {ok: false, redirect: <node>}
+//   Reply = {ok: true, result} | {ok: false, error} | {ok: false, redirect: <node>}, in the
+//   version of the request it answers; `error` is a domain error: {kind, code, message, extra,
+//   retryAfterSeconds} (version 1: {status, code, message, extra}).
 //
 // `command` absent = only check that the session exists for the account (subscribe); the result
 // is the session's position {seq, epoch} (its last event). A request
@@ -21,8 +24,8 @@ import { setTimeout as delay } from 'node:timers/promises'
 import { randomUUID } from 'node:crypto'
 import { TimeoutError, type Msg, type NatsConnection, type Subscription as NatsSubscription } from '@nats-io/transport-node'
 import { DomainError, InvalidState, NotFound, TimedOut, Unavailable } from '../platform/errors.js'
-import { ApiError, httpError } from '../platform/http.js'
 import type { Logger } from '../platform/logger.js'
+import { Wire, type WireError, type WireMessage, type WireVersion } from '../platform/wire.js'
 import type { SessionHost } from './host.js'
 import { eventsSubject, type JetStreamEventLog } from './jetstream-event-log.js'
 import { isNoResponders, NodeDirectory, nodeSubject, Ownership } from './ownership.js'
@@ -42,12 +45,6 @@ export const commandSubject = (sessionId: string) => `sb.session.${sessionId}.cm
 export const CREATE_ANY = 'sb.engine.create'
 const QUEUE = 'engines'
 
-interface WireError {
-  status: number
-  code: string
-  message: string
-  extra?: Record<string, unknown>
-}
 type Reply = { ok: true; result?: unknown } | { ok: false; error?: WireError; redirect?: string }
 interface SessionRequest {
   target: SessionTarget
@@ -65,13 +62,11 @@ const RECENT_COMMANDS = 20_000
 
 const isTimeout = (error: unknown) => error instanceof TimeoutError || (error instanceof Error && error.cause instanceof TimeoutError)
 
-function toWire(error: unknown): WireError {
-  const answer = httpError(error)
-  if (answer) return { status: answer.status, code: answer.code, message: answer.message, extra: answer.extra }
-  return { status: 500, code: 'INTERNAL', message: 'Unexpected engine error' }
-}
-
-const fromWire = (error: WireError) => new ApiError(error.status, error.code, error.message, error.extra ?? {})
+/** A reply this gateway could not read (an engine of a version it does not read): the command may have run. */
+const unreadableReply = () =>
+  new Unavailable('WIRE_REFUSED', 'The engine node answered in a form this gateway does not read (see its log); the command may or may not have been applied', {}, { retryAfterSeconds: 1 })
+/** A request the engine node could not read (a gateway of a version it does not read): nothing was run. */
+const unreadableRequest = () => new Unavailable('WIRE_REFUSED', 'The engine node could not read this request (see its log); nothing was applied', {}, { retryAfterSeconds: 1 })
 const engineUnavailable = () => new Unavailable('ENGINE_UNAVAILABLE', 'No engine node is available; retry shortly', {}, { retryAfterSeconds: 1 })
 
 /** Gateway side: routes and the hub reach sessions on engine nodes through this. */
@@ -80,7 +75,7 @@ export class NatsSessionTransport implements SessionTransport {
     private readonly nc: NatsConnection,
     private readonly directory: NodeDirectory,
     private readonly log: JetStreamEventLog,
-    private readonly options: { timeoutMs: number; logger: Logger; tombstones: Pick<SessionStore, 'closeReason'> },
+    private readonly options: { timeoutMs: number; logger: Logger; tombstones: Pick<SessionStore, 'closeReason'>; wire: Wire },
   ) {}
 
   /** Read from the shared store: an ended session has no owner to ask. */
@@ -88,9 +83,12 @@ export class NatsSessionTransport implements SessionTransport {
     return this.options.tombstones.closeReason(target.sessionId, target.accountId)
   }
 
-  private async request(subject: string, payload: unknown): Promise<Reply> {
-    const msg = await this.nc.request(subject, JSON.stringify(payload), { timeout: this.options.timeoutMs })
-    return msg.json<Reply>()
+  private async request(subject: string, payload: object): Promise<Reply> {
+    const { wire, timeoutMs } = this.options
+    const msg = await this.nc.request(subject, wire.encode(payload), { timeout: timeoutMs })
+    const reply = wire.decode<Reply>('engine.reply', msg.data, { subject })
+    if (!reply.ok) throw unreadableReply()
+    return reply.message
   }
 
   /** The subscription is known to the server; disconnected (NATS restarting) = 503, not a 500. */
@@ -115,8 +113,11 @@ export class NatsSessionTransport implements SessionTransport {
     return this.nc.subscribe(eventsSubject(sessionId), {
       callback: (error, msg) => {
         if (error) return
+        // A refused event is not applied (logged and counted); the next one shows the gap.
+        const event = this.options.wire.decode<TransportEvent>('session.event', msg.data, { subject: msg.subject })
+        if (!event.ok) return
         try {
-          listener(msg.json<TransportEvent>())
+          listener(event.message)
         } catch (failure) {
           this.options.logger.warn('bad session event', { sessionId, error: failure })
         }
@@ -224,12 +225,12 @@ export class NatsSessionTransport implements SessionTransport {
 
   private unwrap(reply: Reply): unknown {
     if (reply.ok) return reply.result
-    if (reply.error) throw fromWire(reply.error)
+    if (reply.error) throw this.options.wire.errorFromWire(reply.error)
     throw engineUnavailable()
   }
 
   private failure(error: unknown) {
-    if (error instanceof ApiError || error instanceof DomainError) return error
+    if (error instanceof DomainError) return error
     if (isTimeout(error)) return new TimedOut('ENGINE_TIMEOUT', 'The engine node did not answer in time; the command may or may not have been applied')
     this.options.logger.warn('engine request failed', { error })
     return engineUnavailable()
@@ -253,6 +254,7 @@ export class EngineNode {
   constructor(
     private readonly nc: NatsConnection,
     private readonly logger: Logger,
+    private readonly wire: Wire,
   ) {}
 
   attach(host: SessionHost, ownership: Ownership) {
@@ -274,31 +276,39 @@ export class EngineNode {
   }
 
   async start() {
-    const serve = (subject: string, handle: (msg: Msg) => Promise<unknown>, queue?: string) => {
+    const serve = <T>(subject: string, message: WireMessage, handle: (request: T) => Promise<unknown>, queue?: string) => {
       this.subs.push(this.nc.subscribe(subject, { queue, callback: (error, msg) => {
-      if (!error) void this.answer(msg, handle)
+      if (!error) void this.answer(msg, message, handle)
     } }))
     }
-    const create = (msg: Msg) => this.create(msg.json<{ request: CreateSessionRequest }>().request)
-    serve(nodeSubject(this.nodeId, 'create'), create)
-    serve(CREATE_ANY, create, QUEUE)
-    serve(nodeSubject(this.nodeId, 'claim'), msg => this.run(msg.json<SessionRequest>(), true))
-    serve(nodeSubject(this.nodeId, 'ping'), async () => ({ node: this.nodeId, live: this.host.liveCount() }))
+    const create = (request: { request: CreateSessionRequest }) => this.create(request.request)
+    serve(nodeSubject(this.nodeId, 'create'), 'engine.create', create)
+    serve(CREATE_ANY, 'engine.create', create, QUEUE)
+    serve(nodeSubject(this.nodeId, 'claim'), 'session.request', (request: SessionRequest) => this.run(request, true))
+    serve(nodeSubject(this.nodeId, 'ping'), 'engine.ping', async () => ({ node: this.nodeId, live: this.host.liveCount() }))
     await this.nc.flush()
     await this.ownership.start()
   }
 
-  private async answer(msg: Msg, handle: (msg: Msg) => Promise<unknown>) {
+  /**
+   * Decodes a request, runs it and answers in the version it was asked in (a gateway not yet
+   * upgraded reads the answer). A request that cannot be read is not run: it is answered
+   * WIRE_REFUSED (in its own version when this build speaks it), so the asker need not wait.
+   */
+  private async answer<T>(msg: Msg, message: WireMessage, handle: (request: T) => Promise<unknown>) {
+    const request = this.wire.decode<T>(message, msg.data, { subject: msg.subject })
+    const version: WireVersion = request.ok ? request.v : request.v === 1 || request.v === 2 ? request.v : this.wire.writes
     let reply: Reply
     try {
-      const result = await handle(msg)
+      if (!request.ok) throw unreadableRequest()
+      const result = await handle(request.message)
       reply = result instanceof Redirect ? { ok: false, redirect: result.node } : { ok: true, result }
     } catch (error) {
       if (!(error instanceof DomainError)) this.logger.error('engine request failed', { subject: msg.subject, error })
-      reply = { ok: false, error: toWire(error) }
+      reply = { ok: false, error: this.wire.errorToWire(error, version) }
     }
     try {
-      msg.respond(JSON.stringify(reply))
+      msg.respond(this.wire.encode(reply, version))
     } catch (error) {
       this.logger.warn('engine reply not sent', { subject: msg.subject, error })
     }
@@ -373,7 +383,7 @@ export class EngineNode {
         this.logger.info(redirect ? 'lapsed session owned by another node now' : 'lapsed session taken back', { sessionId: target.sessionId })
         return
       } catch (error) {
-        if (error instanceof NotFound || (error instanceof ApiError && error.status === 404)) return
+        if (error instanceof NotFound) return
         this.logger.debug('lapsed session not taken back yet', { sessionId: target.sessionId, error })
       }
     }
@@ -412,7 +422,7 @@ export class EngineNode {
     if (this.sessionSubs.has(sessionId) || !this.host.hosts(sessionId)) return
     const sub = this.nc.subscribe(commandSubject(sessionId), {
       callback: (error, msg) => {
-        if (!error) void this.answer(msg, m => this.run(m.json<SessionRequest>(), false))
+        if (!error) void this.answer(msg, 'session.request', (request: SessionRequest) => this.run(request, false))
       },
     })
     this.sessionSubs.set(sessionId, sub)
@@ -442,7 +452,9 @@ export class EngineNode {
     const node = this.ownership.directory.leastLoaded(new Set([this.nodeId]))
     if (!node) return // the last node: the session is restored by whichever node starts next
     try {
-      await this.nc.request(nodeSubject(node, 'claim'), JSON.stringify({ target: { sessionId, accountId } }), { timeout: 5_000 })
+      const subject = nodeSubject(node, 'claim')
+      const answer = await this.nc.request(subject, this.wire.encode({ target: { sessionId, accountId } }), { timeout: 5_000 })
+      this.wire.decode('engine.reply', answer.data, { subject }) // checked (a refusal is logged); what it says is not needed
     } catch (error) {
       this.logger.warn('handed-over session not restored yet; its next command will', { sessionId, error })
     }

@@ -1,5 +1,6 @@
 // Engine nodes over NATS: which node is alive (and how loaded), and which node owns which
-// session. Both live in JetStream KV buckets.
+// session. Both live in JetStream KV buckets, their values versioned and checked like every
+// message on NATS (platform/wire.ts).
 //
 //   sb_engine_nodes    key <nodeId> -> {node, live, at}: each engine node puts its entry every
 //                      ENGINE_HEARTBEAT_MS; a node not heard from for 3 heartbeats counts as
@@ -21,7 +22,9 @@
 import { NoRespondersError, RequestError, type NatsConnection, type QueuedIterator } from '@nats-io/transport-node'
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream'
 import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv'
+import { Unavailable } from '../platform/errors.js'
 import type { Logger } from '../platform/logger.js'
+import type { Wire } from '../platform/wire.js'
 import type { SessionLeases } from './host.js'
 
 export const NODES_BUCKET = 'sb_engine_nodes'
@@ -82,12 +85,16 @@ export class NodeDirectory {
   private readonly placed = new Map<string, number>()
   private watcher?: QueuedIterator<KvWatchEntry>
 
-  private constructor(readonly bucket: KV, private readonly timing: ClusterTiming) {}
+  private constructor(
+    readonly bucket: KV,
+    private readonly timing: ClusterTiming,
+    readonly wire: Wire,
+  ) {}
 
-  static async open(nc: NatsConnection, timing: ClusterTiming, replicas = 1): Promise<NodeDirectory> {
+  static async open(nc: NatsConnection, timing: ClusterTiming, wire: Wire, replicas = 1): Promise<NodeDirectory> {
     // Entries of nodes gone for good age out of the bucket.
     const bucket = await openBucket(nc, NODES_BUCKET, replicas, Math.max(60_000, timing.heartbeatMs * 10))
-    const directory = new NodeDirectory(bucket, timing)
+    const directory = new NodeDirectory(bucket, timing, wire)
     directory.watcher = await bucket.watch()
     void directory.follow()
     return directory
@@ -99,15 +106,13 @@ export class NodeDirectory {
         this.nodes.delete(entry.key)
         continue
       }
-      try {
-        const info = entry.json<NodeInfo>()
-        // Initial values carry their age; live updates are seen now.
-        const seenAt = Math.min(Date.now(), entry.created.getTime())
-        this.nodes.set(entry.key, { ...info, seenAt: entry.isUpdate === false ? seenAt : Date.now() })
-        this.placed.delete(entry.key)
-      } catch {
-        // not ours
-      }
+      // An entry this build cannot read is left out (logged and counted): that node is not placed on.
+      const info = this.wire.decode<NodeInfo>('engine.node', entry.value, { bucket: NODES_BUCKET, key: entry.key })
+      if (!info.ok) continue
+      // Initial values carry their age; live updates are seen now.
+      const seenAt = Math.min(Date.now(), entry.created.getTime())
+      this.nodes.set(entry.key, { ...info.message, seenAt: entry.isUpdate === false ? seenAt : Date.now() })
+      this.placed.delete(entry.key)
     }
   }
 
@@ -180,13 +185,16 @@ export class Ownership implements SessionLeases {
     private readonly logger: Logger,
   ) {}
 
+  private get wire() {
+    return this.directory.wire
+  }
+
   static async open(
     nc: NatsConnection,
-    options: { nodeId: string; timing: ClusterTiming; replicas?: number; load: () => number; logger: Logger; directory?: NodeDirectory },
+    options: { nodeId: string; timing: ClusterTiming; replicas?: number; load: () => number; logger: Logger; directory: NodeDirectory },
   ): Promise<Ownership> {
     const owners = await openBucket(nc, OWNERS_BUCKET, options.replicas ?? 1)
-    const directory = options.directory ?? (await NodeDirectory.open(nc, options.timing, options.replicas ?? 1))
-    return new Ownership(nc, options.nodeId, owners, directory, options.timing, options.load, options.logger)
+    return new Ownership(nc, options.nodeId, owners, options.directory, options.timing, options.load, options.logger)
   }
 
   /** Starts announcing this node (call once its subjects are subscribed). */
@@ -232,7 +240,7 @@ export class Ownership implements SessionLeases {
     if (this.stopped) return
     try {
       const info: NodeInfo = { node: this.nodeId, live: this.load(), at: Date.now() }
-      await this.directory.bucket.put(this.nodeId, JSON.stringify(info))
+      await this.directory.bucket.put(this.nodeId, this.wire.encode(info))
     } catch (error) {
       this.logger.warn('engine heartbeat failed', { error })
     }
@@ -273,14 +281,17 @@ export class Ownership implements SessionLeases {
    */
   async claim(sessionId: string): Promise<{ token: number } | { owner: string }> {
     for (let attempt = 0; attempt < 5; attempt++) {
-      const value = JSON.stringify({ node: this.nodeId, at: Date.now() })
+      const value = this.wire.encode({ node: this.nodeId, at: Date.now() })
       const entry = await this.owners.get(sessionId)
       try {
         let revision: number
         if (!entry || entry.operation !== 'PUT') {
           revision = await this.owners.create(sessionId, value)
         } else {
-          const owner = entry.json<{ node: string }>().node
+          // An entry this build cannot read names no owner it could check: the claim fails (logged and counted).
+          const read = this.wire.decode<{ node: string }>('session.owner', entry.value, { bucket: OWNERS_BUCKET, key: sessionId })
+          if (!read.ok) throw new Unavailable('WIRE_REFUSED', `The owner of session ${sessionId} cannot be read by this node (see its log)`, {}, { retryAfterSeconds: 1 })
+          const owner = read.message.node
           if (owner !== this.nodeId && (await this.alive(owner))) return { owner }
           if (owner !== this.nodeId) this.logger.info('taking over a session of a dead engine node', { sessionId, from: owner })
           revision = await this.owners.update(sessionId, value, entry.revision)
@@ -303,7 +314,9 @@ export class Ownership implements SessionLeases {
    */
   private async alive(nodeId: string): Promise<boolean> {
     try {
-      await this.nc.request(nodeSubject(nodeId, 'ping'), '', { timeout: 1000 })
+      const subject = nodeSubject(nodeId, 'ping')
+      const answer = await this.nc.request(subject, this.wire.encode({}), { timeout: 1000 })
+      this.wire.decode('engine.reply', answer.data, { subject }) // checked (a refusal is logged); any answer means alive
       return true
     } catch (error) {
       if (isNoResponders(error)) {
@@ -343,7 +356,7 @@ export class Ownership implements SessionLeases {
     const lease = this.leases.get(sessionId)
     if (!lease) return
     try {
-      const revision = await this.owners.update(sessionId, JSON.stringify({ node: this.nodeId, at: Date.now() }), lease.revision)
+      const revision = await this.owners.update(sessionId, this.wire.encode({ node: this.nodeId, at: Date.now() }), lease.revision)
       if (this.leases.get(sessionId) === lease) {
         lease.revision = revision
         lease.renewedAt = Date.now()

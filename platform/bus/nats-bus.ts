@@ -12,6 +12,11 @@
 //   - after maxDeliveries the message is acked and logged as dropped, like the in-memory bus.
 // Handlers must therefore be idempotent (the dialer's chunk application is).
 //
+// Messages carry the wire protocol's version and are checked against their queue's schema when
+// taken (platform/wire.ts): a message that is not JSON or does not match is acked and dropped
+// (it would never match); one of a version this build does not read is handed back for a worker
+// that does (a newer one, mid-upgrade) until its last delivery.
+//
 // Each consume() runs `concurrency` pull lanes; a lane fetches one message and only asks for
 // the next once it has handled it, so a process never holds more than `concurrency` messages
 // and nothing waits in a local buffer while its ack_wait runs out.
@@ -32,8 +37,9 @@ import {
   type JetStreamManager,
   type JsMsg,
 } from '@nats-io/jetstream'
-import type { Bus, ConsumeOptions, Delivery, WorkQueue } from './types.js'
+import type { Bus, ConsumeOptions, Delivery, QueueOptions, WorkQueue } from './types.js'
 import type { Logger } from '../logger.js'
+import { Wire, type WireMessage } from '../wire.js'
 
 export interface NatsBusOptions {
   /** One URL or several (comma-separated string or array): seeds of the NATS cluster. */
@@ -50,6 +56,8 @@ export interface NatsBusOptions {
   fetchExpiresMs?: number
   /** How long publish() keeps retrying (e.g. across a NATS restart) before it fails. */
   publishTimeoutMs?: number
+  /** Encodes and checks the messages (default: this build's version, refusals logged, not counted). */
+  wire?: Wire
 }
 
 const DEFAULT_MAX_DELIVERIES = 5
@@ -70,6 +78,7 @@ class NatsQueue<T> implements WorkQueue<T> {
     readonly name: string,
     private readonly bus: NatsBus,
     private readonly logger: Logger,
+    private readonly message: WireMessage,
   ) {
     this.stream = streamName(bus.options.streamPrefix, name)
     this.subject = `${bus.options.subjectPrefix}.${name}`
@@ -132,7 +141,7 @@ class NatsQueue<T> implements WorkQueue<T> {
   }
 
   async publish(message: T) {
-    const payload = JSON.stringify(message)
+    const payload = this.bus.wire.encode(message as object)
     const msgID = randomUUID() // a retried publish is deduplicated by the stream
     const deadline = Date.now() + this.bus.options.publishTimeoutMs
     for (let attempt = 1; ; attempt++) {
@@ -215,14 +224,13 @@ class NatsQueue<T> implements WorkQueue<T> {
 
   private async handle(msg: JsMsg, handler: (delivery: Delivery<T>) => Promise<void>, maxDeliveries: number) {
     const attempt = msg.info.deliveryCount
-    let data: T
-    try {
-      data = msg.json<T>()
-    } catch (error) {
-      this.logger.error('work message is not JSON; dropped', { queue: this.name, error })
-      await this.ack(msg)
+    const decoded = this.bus.wire.decode<T>(this.message, msg.data, { queue: this.name, attempt })
+    if (!decoded.ok) {
+      if (decoded.reason === 'version' && attempt < maxDeliveries) safely(() => msg.nak(50 * 2 ** attempt))
+      else await this.ack(msg)
       return
     }
+    const data = decoded.message
     const progress = setInterval(() => safely(() => msg.working()), Math.max(250, Math.floor(this.bus.options.ackWaitMs / 3)))
     progress.unref()
     try {
@@ -264,11 +272,12 @@ function safely(fn: () => unknown) {
   }
 }
 
-type ResolvedOptions = Required<Omit<NatsBusOptions, 'name' | 'servers'>>
+type ResolvedOptions = Required<Omit<NatsBusOptions, 'name' | 'servers' | 'wire'>>
 
 export class NatsBus implements Bus {
   private readonly queues = new Map<string, NatsQueue<any>>()
   readonly options: ResolvedOptions
+  readonly wire: Wire
   closed = false
   private linked = true
 
@@ -287,6 +296,7 @@ export class NatsBus implements Bus {
       fetchExpiresMs: Math.max(1000, options.fetchExpiresMs ?? 5000),
       publishTimeoutMs: options.publishTimeoutMs ?? 10_000,
     }
+    this.wire = options.wire ?? new Wire({ logger })
     void this.watch()
   }
 
@@ -331,10 +341,10 @@ export class NatsBus implements Bus {
     }
   }
 
-  queue<T>(name: string): WorkQueue<T> {
+  queue<T>(name: string, options: QueueOptions = {}): WorkQueue<T> {
     let queue = this.queues.get(name)
     if (!queue) {
-      queue = new NatsQueue<T>(name, this, this.logger.child({ bus: 'nats' }))
+      queue = new NatsQueue<T>(name, this, this.logger.child({ bus: 'nats' }), options.message ?? 'queue.message')
       this.queues.set(name, queue)
     }
     return queue

@@ -1,5 +1,6 @@
 // The work-queue seam. Embedded mode delivers in-process; the NATS implementation (JetStream
 // work-queue streams with explicit ack) drops in behind the same interface.
+import type { WireMessage } from '../../schemas/wire.js'
 
 export interface Delivery<T> {
   data: T
@@ -20,7 +21,15 @@ export interface WorkQueue<T> {
   depth(): number
 }
 
+export interface QueueOptions {
+  /**
+   * The schema of the queue's messages (schemas/wire.ts): where they cross a process boundary
+   * (NATS) each is checked against it when taken, and refused whole when it does not match.
+   */
+  message?: WireMessage
+}
+
 export interface Bus {
-  queue<T>(name: string): WorkQueue<T>
+  queue<T>(name: string, options?: QueueOptions): WorkQueue<T>
   close(): Promise<void>
 }

@@ -1,7 +1,7 @@
 // Engine nodes over NATS, in process: two ROLE=engine services and one ROLE=gateway service on a
 // real nats-server and one MongoDB database (the wire-protocol test server). Sessions created
 // through the gateway spread over both nodes; messages, administration, a second consumer and
-// destroy all go through NATS; errors keep their ApiError codes. Then a gateway cut off from NATS
+// destroy all go through NATS; errors keep their codes. Then a gateway cut off from NATS
 // while a reply streams: its listeners get what they missed once it reconnects.
 import t from 'tap'
 import { connect } from '@nats-io/transport-node'
@@ -89,7 +89,7 @@ t.test('two engine nodes behind one gateway over NATS', async t => {
   // command through a claim, which reaches the owner again: the message is still applied once.
   const s1 = sessions[1]!
   const stale = probe.subscribe(`sb.session.${s1.sessionId}.cmd`, {
-    callback: (_error, msg) => msg.respond(JSON.stringify({ ok: false, error: { status: 503, code: 'NOT_OWNER', message: 'not hosted here' } })),
+    callback: (_error, msg) => msg.respond(JSON.stringify({ ok: false, error: { kind: 'unavailable', code: 'NOT_OWNER', message: 'not hosted here' }, v: 2 })),
   })
   await probe.flush()
   const once = await call(gw.base, 'PUT', `${CHANNEL}/${s1.sessionId}/${s1.consumerId}`, { body: { message: 'only once please' } })
