@@ -72,7 +72,8 @@ export async function startProcess(t: Teardown | undefined, name: string, env: R
     const child = spawn(process.execPath, args, {
       cwd: ROOT,
       // Transpile only (tsc type-checks the code base), as tap runs the tests; load shedding on
-      // event-loop delay off unless a test asks for it (see harness.ts).
+      // event-loop delay off unless a test asks for it: several processes share two cores with
+      // the tests, and one starved of CPU could refuse work for it (see harness.ts).
       env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', TS_NODE_TRANSPILE_ONLY: '1', OVERLOAD_LOOP_DELAY_MS: '0', ...env, PORT: String(port), HOST: '127.0.0.1', METRICS_PORT: String(metricsPort) },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
