@@ -22,6 +22,7 @@ async function main() {
     try {
       await service.close()
     } finally {
+      service.platform.logger.flush?.()
       process.exit(code)
     }
   }
