@@ -26,7 +26,7 @@ async function main() {
       process.exit(code)
     }
   }
-  // Same policy in every role (all, gateway, engine, worker): see README "Edge limits and hygiene".
+  // Same policy in every role (all, gateway, engine, worker): docs/operations.md, "Process-level policy".
   installProcessGuards({
     logger: service.platform.logger,
     metrics: service.platform.metrics,

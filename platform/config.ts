@@ -6,9 +6,9 @@ export type ProcessRole = 'all' | 'gateway' | 'engine' | 'worker'
 
 /**
  * The session write thread takes work off the loop but costs CPU of its own (messages between
- * the threads, a second heap): measured on 2 cores shared with the load generator, the loop was
- * 7-13 points less busy, CPU per message 11-15 % higher and the reply p99 no better (README,
- * "Session writes in a thread"). It pays where a core is free for it.
+ * the threads, a second heap): on a machine with no core to spare the loop is less busy, but the
+ * process spends more CPU per message and the reply tail is no better. It pays where a core is
+ * free for it (docs/storage.md, "Writes off the event loop").
  */
 const WRITE_THREAD_MIN_CORES = 4
 
@@ -34,7 +34,7 @@ export interface Config {
   apiKeys: string
   maxBodyBytes: number
   maxUploadBytes: number
-  /** The public edge's own limits and hygiene (README "Edge limits and hygiene"). */
+  /** The public edge's own limits and hygiene (docs/operations.md, "Edge limits and hygiene"). */
   edge: {
     /** JSON bodies nesting objects/arrays deeper than this answer 400 JSON_TOO_DEEP, before parsing. */
     maxJsonDepth: number

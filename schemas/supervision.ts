@@ -1,4 +1,4 @@
-// Supervisor APIs the operator console stands on (issue 13): the account's session listing.
+// Supervisor APIs the operator console stands on: the account's session listing.
 const SESSION_STATES = ['active', 'paused', 'completed', 'abandoned', 'transferred_to_human', 'error']
 const LISTING_STATES = ['live', 'active', 'paused', 'closed', 'completed', 'abandoned', 'transferred_to_human', 'error']
 const id = { type: 'string', minLength: 1, maxLength: 128 }

@@ -16,8 +16,8 @@
 // WRITE_SLICE documents, commits WRITE_SLICE documents per transaction (not atomic as a whole,
 // like MongoDB without a transaction: every document is re-checked against the filter in its
 // own slice). One large transaction frees most pages of the trees it touches at once, and
-// LMDB rewrites that free list on every later commit until it is used up: after one
-// 10,000-contact insert into 200,000, every small commit took ~100 ms instead of ~2 ms.
+// LMDB rewrites that free list on every later commit until it is used up: every small commit
+// after it pays for the large one.
 //
 // TTL: a TTL index is an ordered index on its Date field; a sweep reads the expired end of it
 // a bounded slice at a time (TTL_SLICE entries per transaction), never the whole collection.
@@ -125,7 +125,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
         let n = 0
         for (const { key, value } of old.getRange({ start: cursor })) {
           if (key === cursor) continue // start is inclusive
-          // Wide documents take ~0.2 ms each to re-encode: a slice stops at a few ms of work.
+          // Wide documents are slow to re-encode: a slice also stops after COPY_SLICE_MS of work.
           if (n === WRITE_SLICE || (n > 0 && performance.now() - started > COPY_SLICE_MS)) return true
           target.putSync(key, value)
           cursor = key
@@ -152,8 +152,8 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
    * Removes every entry of `db` a slice at a time like the copy. Clearing it in one go would free
    * all its pages in one transaction, and LMDB would then rewrite that free list on every later
    * commit until it is used up (see "Transactions stay small" above). The empty database itself
-   * stays: dropping it (mdb_drop) left this process's later reads of the j: database seeing
-   * nothing (seen live: a report of 5 sessions answered 0 until the next start).
+   * stays: dropping it (mdb_drop) leaves this process's later reads of the j: database seeing
+   * nothing until the next start.
    */
   private async empty(db: Database<any, any>) {
     await this.inSlices(started => {
@@ -643,7 +643,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
     const [f, u] = [clone(filter), clone(update)]
     // Only the counts leave the callback: lmdb-js keeps each callback's result until its
     // transaction commits, and the documents before and after would live that long with it
-    // (long enough to be promoted out of the young generation: most of what a dispatch promoted).
+    // (long enough to be promoted out of the young generation).
     return this.write(() => {
       const { matchedCount, modifiedCount, upsertedId } = this.updateOneSync(f, u, options)
       return { matchedCount, modifiedCount, upsertedId }
@@ -836,12 +836,12 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
 
   /**
    * A changed definition of an index with entries over a large collection (a partial filter
-   * added, a field changed) is not rebuilt in one transaction before the service listens: at a
-   * million contacts that took 43 s, and the pages it freed at once slowed every later commit
-   * to ~50 ms (see "Transactions stay small"). Instead the new definition gets a database of its
-   * own (the next generation), every write keeps both up from now on, the definition of before
-   * keeps serving queries, and buildOnline fills the new one in the background; then it takes
-   * over and the old database is emptied a slice at a time.
+   * added, a field changed) is not rebuilt in one transaction before the service listens: over
+   * a large collection that delays the start by the whole build, and the pages it frees at once
+   * slow every later commit (see "Transactions stay small"). Instead the new definition gets a
+   * database of its own (the next generation), every write keeps both up from then on, the old
+   * definition keeps serving queries, and buildOnline fills the new one in the background; then
+   * it takes over and the old database is emptied a slice at a time.
    */
   private async redefineOnline(current: StoredIndex, serving: StoredIndex, wanted: StoredIndex) {
     const generation = Math.max(current.generation ?? 0, serving.generation ?? 0) + 1

@@ -170,8 +170,8 @@ export interface CollectionOptions {
   /**
    * Embedded store only (the others ignore it): the documents hold JSON values only (no Date,
    * no binary), so they are kept as JSON text. Wide documents whose keys differ from one to the
-   * next (report blocks: a key per histogram bin) decode ~2x faster from JSON than from
-   * MessagePack, which defines a record structure for nearly every such object.
+   * next (report blocks: a key per histogram bin) decode faster from JSON than from MessagePack,
+   * which defines a record structure for nearly every such object.
    */
   json?: boolean
 }
