@@ -47,6 +47,11 @@ export const supervisionSchemas = {
       },
       awaitingReplySince: { type: ['integer', 'null'], description: 'Unix ms of the user message still without an assistant reply' },
       attention: { type: 'array', items: { $ref: 'supervision.attention.flag' }, description: 'Why the session needs a human now; empty when it does not' },
+      customer: {
+        type: ['object', 'null'],
+        description: "Who the session is with, from its arguments: the first of name, customerName, customer_name, fullName, full_name, nombre, and of phone, email, whatsapp, address, msisdn, telefono, identifier (200 characters each); null when they name nobody",
+        properties: { name: { type: 'string' }, address: { type: 'string' } },
+      },
     },
   },
   'supervision.attention.flag': {
