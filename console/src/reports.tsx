@@ -18,12 +18,12 @@ interface Definition {
   metrics: Record<string, { op: string; field?: string }>
 }
 
-/** A metric's colour follows its name, so it is the same in every chart, report and run. */
-export function colourOf(name: string) {
-  let h = 0
-  for (const c of name) h = (h * 31 + c.charCodeAt(0)) >>> 0
-  return PALETTE[h % PALETTE.length]!
-}
+/**
+ * A metric's colour is fixed: its place in the report's definition (the API returns metrics in
+ * definition order), so a series keeps its colour across runs, ranges and both charts, and no
+ * two series of a report share one (up to ten metrics).
+ */
+export const colourOf = (name: string, names: string[]) => PALETTE[Math.max(0, names.indexOf(name)) % PALETTE.length]!
 
 type Kind = 'count' | 'duration' | 'ratio'
 const kindOf = (name: string, m?: { op: string; field?: string }): Kind =>
@@ -122,11 +122,11 @@ export function Reports({ auth, route, crews }: { auth: Auth; route: Route; crew
       </div>
       {error && <p role="alert">{error}</p>}
       <div class="charts">
-        {(['count', 'duration', 'ratio'] as const).map(k => byKind(k).length > 0 && <Chart kind={k} names={byKind(k)} rows={rows} tz={tz} />)}
+        {(['count', 'duration', 'ratio'] as const).map(k => byKind(k).length > 0 && <Chart kind={k} names={byKind(k)} all={names} rows={rows} tz={tz} />)}
       </div>
       <table class="report-values" aria-label="Report values">
         <thead>
-          <tr><th>{tz}</th>{names.map(n => <th><span class="swatch" data-colour={colourOf(n)} style={{ background: colourOf(n) }} />{n}</th>)}</tr>
+          <tr><th>{tz}</th>{names.map(n => <th><span class="swatch" data-colour={colourOf(n, names)} style={{ background: colourOf(n, names) }} />{n}</th>)}</tr>
         </thead>
         <tbody>
           {rows.filter(r => names.some(n => r.metrics?.[n])).map(r => (
@@ -142,7 +142,7 @@ export function Reports({ auth, route, crews }: { auth: Auth; route: Route; crew
   )
 }
 
-function Chart({ kind, names, rows, tz }: { kind: Kind; names: string[]; rows: any[]; tz: string }) {
+function Chart({ kind, names, all, rows, tz }: { kind: Kind; names: string[]; all: string[]; rows: any[]; tz: string }) {
   const box = useRef<HTMLDivElement>(null)
   useEffect(() => {
     if (!box.current) return
@@ -154,7 +154,7 @@ function Chart({ kind, names, rows, tz }: { kind: Kind; names: string[]; rows: a
         width: Math.min(900, box.current.clientWidth || 600),
         height: 240,
         tzDate: ts => uPlot.tzDate(new Date(ts * 1e3), tz),
-        series: [{}, ...names.map(n => ({ label: n, stroke: colourOf(n), width: 2, points: { show: true, size: 5 }, value: (_u: uPlot, v: number | null) => fmt(kind, v) }))],
+        series: [{}, ...names.map(n => ({ label: n, stroke: colourOf(n, all), fill: undefined, width: 2, points: { show: true, size: 5 }, value: (_u: uPlot, v: number | null) => fmt(kind, v) }))],
         axes: [{}, { size: 70, values: (_u: uPlot, vals: number[]) => vals.map(v => fmt(kind, v)) }],
         // The legend shows the latest bucket's values until the pointer picks another one.
         legend: { live: true },

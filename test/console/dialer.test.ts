@@ -32,7 +32,7 @@ t.test('a supervisor imports a CSV, starts and stops the batch, asks why a conta
   await page.getByLabel('Supervisor id (UserId)').fill('sup-eva')
   await page.keyboard.press('Enter')
   await page.getByRole('heading', { name: 'Live sessions' }).waitFor()
-  await page.getByRole('button', { name: 'dialer' }).click()
+  await page.getByRole('link', { name: 'dialer' }).click()
   await page.getByRole('heading', { name: 'Dialer batches' }).waitFor()
 
   // CSV through the signed upload: upload progress to 100 %, the batch, its row error.
