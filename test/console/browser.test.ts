@@ -180,6 +180,11 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   t.ok(Date.now() - seenAt < 3000, `the other supervisor shows on this page within 3 s (${Date.now() - seenAt} ms)`)
   t.same((await listed()).find(r => r.sessionId === s.sessionId).watchers, ['sup-ana', 'sup-bob'], 'as the API lists them')
   await other.locator('.session-watchers', { hasText: SUPERVISOR }).waitFor({ timeout: 3000 })
+  // Back on the list (no reload), the other supervisor sees presence in the Watching column.
+  await other.goBack()
+  await other.getByRole('heading', { name: 'Live sessions' }).waitFor()
+  await other.locator(`tr[data-session="${s.sessionId}"] td.watchers`, { hasText: SUPERVISOR }).waitFor({ timeout: 3000 })
+  t.notMatch(await other.locator(`tr[data-session="${s.sessionId}"] td.watchers`).textContent(), 'sup-bob', 'leaving the session page leaves the presence')
 
   // --- One composer per action: a whisper empties its box and leaves the others empty.
   await page.getByLabel('Whisper to the assistant').fill('Offer the gold plan discount')
@@ -256,7 +261,7 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   await sleep(3000)
   const after = requests.filter(u => u.includes(s.sessionId)).length
   t.equal(after - before, 0, 'the page stops asking about a destroyed session')
-  await other.locator('.ended').waitFor({ timeout: 3000 })
+  await other.locator(`table[aria-label="Recently closed sessions"] tr[data-session="${s.sessionId}"]`).waitFor({ timeout: 3000 })
 
   // --- Back and forward through the history of the page.
   await page.goBack()
@@ -275,6 +280,10 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   await page.screenshot({ path: `${shots}/console-sessions-390.png`, fullPage: true })
   await page.goto(`${svc.base}/console/session/${quiet.sessionId}`)
   await page.locator('.transcript .system', { hasText: 'Session opened' }).waitFor()
+  const opened = Date.now()
+  await other.locator(`tr[data-session="${quiet.sessionId}"] td.watchers`, { hasText: SUPERVISOR }).waitFor({ timeout: 3000 })
+  t.comment(`presence in the other supervisor's list after ${Date.now() - opened} ms`)
+  t.pass('presence shows live in the other supervisor\'s list')
   await page.screenshot({ path: `${shots}/console-session-390.png`, fullPage: true })
   await page.setViewportSize({ width: 1280, height: 800 })
 
