@@ -80,7 +80,8 @@ export function Sessions({ auth, floor, route, now }: { auth: Auth; floor: Floor
     [floor.rows, q, crew, agent, state, second],
   )
   // Closed sessions are set apart below the live ones (unless the filter asks for them).
-  const closed = state === 'live' ? base.filter(r => !r.live).sort((a, b) => (b.endTime ?? 0) - (a.endTime ?? 0)) : []
+  // The feed keeps closes coming all shift: the list shows the last hour's, as the listing does.
+  const closed = state === 'live' ? base.filter(r => !r.live && (r.endTime ?? 0) >= now - 3600_000).sort((a, b) => (b.endTime ?? 0) - (a.endTime ?? 0)) : []
   const pages = Math.max(1, Math.ceil(shown.length / PAGE))
   const visible = shown.slice(page * PAGE, page * PAGE + PAGE)
   const current = visible[Math.min(selected, visible.length - 1)]
