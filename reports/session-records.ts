@@ -46,6 +46,8 @@ export interface SessionRecordDoc {
   last_assistant_at?: number
   /** The last message, clipped (the supervisors' listing). */
   last_message?: LastMessage
+  /** Who the session is with, from its arguments (the supervisors' listing and search); absent when they name nobody. */
+  customer?: { name?: string; address?: string }
   /** Raised attention flags by reason (engine/attention.ts decides them; this module stores them). */
   attention?: Record<string, { since?: number; detail?: string; ack_by?: string; ack_at?: number }>
   /** The 15-minute UTC quarter of start_time; present once the record is in the block counts. */
@@ -109,7 +111,7 @@ export class SessionRecorder {
   }
 
   /** Idempotent: a session restored on another node may open again without a second record. */
-  async opened(r: { accountId: string; crewId: string; sessionId: string; agentId: string; startTime: number }) {
+  async opened(r: { accountId: string; crewId: string; sessionId: string; agentId: string; startTime: number; customer?: { name?: string; address?: string } }) {
     const result = await this.records.updateOne(
       { _id: r.sessionId },
       {
@@ -132,6 +134,7 @@ export class SessionRecorder {
           log_position: 0,
           slot: quarterOf(r.startTime),
           slotted: false,
+          ...(r.customer ? { customer: r.customer } : {}),
         },
         $set: { updated_at: this.clock.now() },
       },

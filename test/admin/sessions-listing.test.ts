@@ -2,7 +2,7 @@
 // account's sessions, filtered and paged, in one process and through a gateway in front of two
 // engine nodes over NATS.
 import t from 'tap'
-import { call, KEYS, mongoUrlFor, startTestService } from '../support/harness.js'
+import { call, eventually, KEYS, mongoUrlFor, startTestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse } from '../support/sse.js'
 import { clusterEnv, startProcess, waitHealthy } from '../support/processes.js'
@@ -148,4 +148,18 @@ t.test('lifecycle feed: created, paused, transferred, closed as they happen; res
   const noUser = await openSse(svc.base, 'GET', FEED, {})
   t.equal(noUser.json.code, 'USER_ID_REQUIRED')
   t.equal((await open({}, KEYS.acmeDialerOnly)).status, 403)
+})
+
+t.test('the listing names the customer from the session arguments (first name and address key that holds text)', async t => {
+  const svc = await startTestService(t)
+  const named = await createSession(svc.base, { body: { arguments: { nombre: 'Ana Ruiz', email: 'ana@example.com', phone: '' } } })
+  t.teardown(() => named.stream.close())
+  const nobody = await createSession(svc.base, { body: { arguments: { plan: 'gold' } } })
+  t.teardown(() => nobody.stream.close())
+  const rows = await eventually(
+    async () => (await call(svc.base, 'GET', '/engine/api/administration/sessions', { headers: { UserId: 'sup' } })).json.data as any[],
+    data => data.length === 2,
+  )
+  t.same(rows.find(r => r.sessionId === named.sessionId).customer, { name: 'Ana Ruiz', address: 'ana@example.com' })
+  t.equal(rows.find(r => r.sessionId === nobody.sessionId).customer, null)
 })

@@ -53,3 +53,34 @@ t.test('a watcher sees messages, whispers and admin actions with their UserId, i
   t.equal((await call(svc.base, 'DELETE', `${ADMIN}/${s.sessionId}`, { headers: { UserId: 'sup-bob' } })).status, 204)
   await w.next(e => e.event === 'session.gone' || (e.event === 'history' && e.data.type === 'session.destroyed'))
 })
+
+t.test('presence is pushed as it changes: on the feed of the same account only, and on the watch stream', async t => {
+  const svc = await startTestService(t)
+  const s = await createSession(svc.base)
+  t.teardown(() => s.stream.close())
+  const feed = (await openSse(svc.base, 'GET', `${SESSIONS}/feed`, { headers: { UserId: 'sup-ana' } })).stream!
+  t.teardown(() => feed.close())
+  const otherFeed = (await openSse(svc.base, 'GET', `${SESSIONS}/feed`, { key: KEYS.globex, headers: { UserId: 'sup-zed' } })).stream!
+  t.teardown(() => otherFeed.close())
+  await feed.next('feed.ready')
+  await otherFeed.next('feed.ready')
+
+  const ana = (await openSse(svc.base, 'GET', `${ADMIN}/${s.sessionId}/watch`, { headers: { UserId: 'sup-ana' } })).stream!
+  t.teardown(() => ana.close())
+  const ready = await ana.next('watch.ready')
+  t.same(ready.data.watchers, ['sup-ana'], 'watch.ready names the watchers')
+  const entered = await feed.next('session.presence', 2000)
+  t.same(entered.data, { kind: 'presence', sessionId: s.sessionId, watchers: ['sup-ana'] })
+
+  const bob = (await openSse(svc.base, 'GET', `${ADMIN}/${s.sessionId}/watch`, { headers: { UserId: 'sup-bob' } })).stream!
+  t.same((await feed.next('session.presence', 2000)).data.watchers, ['sup-ana', 'sup-bob'], 'the feed tells of a second watcher at once')
+  t.same((await ana.next('presence', 2000)).data.watchers, ['sup-ana', 'sup-bob'], 'and so does the first watcher\'s own stream')
+  // A second tab of the same supervisor changes nothing to tell.
+  const bobAgain = (await openSse(svc.base, 'GET', `${ADMIN}/${s.sessionId}/watch`, { headers: { UserId: 'sup-bob' } })).stream!
+  await bobAgain.next('watch.ready')
+  bobAgain.close()
+  bob.close()
+  t.same((await feed.next('session.presence', 2000)).data.watchers, ['sup-ana'], 'leaving is told once the last stream of that UserId closes')
+  t.same((await ana.next('presence', 2000)).data.watchers, ['sup-ana'])
+  t.notOk(otherFeed.events.some(e => e.event === 'session.presence'), "another account's feed hears nothing of it")
+})
