@@ -44,6 +44,7 @@ import { effectiveSort, plan, shapeOf, type IndexPlan } from './planner.js'
 import { countByPipeline, countPlan, countRowsOf, keyValue, type CountRow, type CountValue } from './counted-index.js'
 import { groupInSlices, simpleGroup } from './sliced-group.js'
 import { sharedStructures } from './shared-structures.js'
+import { jsonDocuments } from './json-documents.js'
 import {
   type EntryIndex,
   type LiveIndex,
@@ -91,7 +92,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
     // A JSON collection only looks for a c: database left from before; it never creates one.
     this.docs = store.env.openDB<T, string>({ name: `c:${name}`, create: !json, ...sharedStructures(store.structures, name) } as { name: string })
     if (json) {
-      const target = store.env.openDB<T, string>({ name: `j:${name}`, encoding: 'json' })
+      const target = store.env.openDB<T, string>({ name: `j:${name}`, encoder: jsonDocuments } as { name: string })
       // lmdb-js answers undefined for a database that does not exist when asked not to create it.
       const old = this.docs as Database<T, string> | undefined
       if (!old || store.meta.get(movedKey(name))) {

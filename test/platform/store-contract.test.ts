@@ -980,6 +980,23 @@ for (const kind of ['memory', 'lmdb', 'lmdb-thread', 'mongo'] as const) {
       t.same(ids(await c.find({}, { sort: { _id: 1 } })), ['future', 'none', 'not-a-date'])
     })
 
+    t.test('JSON collection: a top-level Date round-trips and expires by its TTL index', async t => {
+      const name = `json_dates_${++serial}`
+      const c = store.collection<Doc>(name, { json: true })
+      await store.ensureIndexes(name, [{ name: 'at_ttl', key: { at: 1 }, expireAfterSeconds: 60 }])
+      const now = Date.now()
+      await c.insertOne({ _id: 'old', at: new Date(now - 3600_000), n: 1, cells: { a: { n: 1 } } })
+      await c.updateOne({ _id: 'kept' }, { $setOnInsert: { at: new Date(now) }, $inc: { n: 2 } }, { upsert: true })
+      await c.updateOne({ _id: 'kept' }, { $inc: { n: 3 } })
+      const kept = await c.findOne({ _id: 'kept' })
+      t.ok(kept!.at instanceof Date, 'read back as a Date after updates')
+      t.equal(kept!.at.getTime(), now)
+      t.equal(kept!.n, 5)
+      t.same(ids(await c.find({ at: { $gte: new Date(now - 1000) } })), ['kept'], 'queried as a Date')
+      t.ok(await waitFor(async () => (await c.findOne({ _id: 'old' })) === null, 5000), 'expired')
+      t.same(ids(await c.find({})), ['kept'])
+    })
+
     t.test('Dates round-trip as Dates, numbers stay numbers', async t => {
       const [c] = fresh('types')
       const doc = {
