@@ -781,6 +781,17 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       this.loadIndexes()
       return
     }
+    if (current && !current.building && sameDefinition({ ...current, expireAfterSeconds: wanted.expireAfterSeconds }, wanted)) {
+      // Only the TTL changed (a retention setting, or retention turned on or off): the entries
+      // are the same (key, _id) entries either way, so only the declaration changes.
+      await this.write(() => {
+        const { expireAfterSeconds: _, ...rest } = current
+        const next: StoredIndex = wanted.expireAfterSeconds === undefined ? rest : { ...rest, expireAfterSeconds: wanted.expireAfterSeconds }
+        this.saveIndexes(this.store.declared(this.name).map(s => (s.name === spec.name ? next : s)))
+      })
+      this.loadIndexes()
+      return
+    }
     const serving = current?.building ? current.previous : current
     if (serving && rebuildsOnline(serving, wanted) && this.docs.getCount() > WRITE_SLICE) {
       await this.redefineOnline(current!, serving, wanted)
