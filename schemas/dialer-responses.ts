@@ -91,6 +91,7 @@ export const dialerResponseSchemas = {
       duplicateStrategy: { enum: ['skip', 'merge', 'replace'] },
       rules: { type: 'object' },
       totalContacts: count,
+      finishedAt: { type: ['string', 'null'], description: 'When it completed, was archived or deleted: its retention counts from here' },
     },
   },
   'dialer.batch.list': list({ $ref: 'dialer.batch' }),

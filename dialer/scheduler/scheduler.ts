@@ -68,7 +68,7 @@ export class Scheduler {
 
   constructor(
     private readonly platform: Platform,
-    private readonly deps: { log: BatchLog; attempts: Attempts; providers: ProviderFor },
+    private readonly deps: { log: BatchLog; attempts: Attempts; providers: ProviderFor; finished?: () => void },
     readonly workerId: string = `scheduler-${newId()}`,
   ) {
     this.contacts = platform.store.collection<ContactDoc>(COLLECTIONS.contacts)
@@ -428,8 +428,13 @@ export class Scheduler {
     })
     if (loading) return false
     const at = new Date(this.platform.clock.now())
-    const moved = await this.batchDocs.findOneAndUpdate({ _id: batch._id, status: 'running' }, { $set: { status: 'completed', updatedAt: at } })
+    // Its retention counts from here (dialer/retention.ts stamps its contacts).
+    const moved = await this.batchDocs.findOneAndUpdate(
+      { _id: batch._id, status: 'running' },
+      { $set: { status: 'completed', updatedAt: at, finishedAt: at, stampsWanted: true }, $inc: { stampsPending: 1 }, $unset: { purgedAt: '' } },
+    )
     if (!moved) return false
+    this.deps.finished?.()
     await this.deps.log.append({
       accountId: batch.accountId,
       batchId: batch._id,
