@@ -301,7 +301,11 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
     const byId = sortFields.length === 1 && sortFields[0]![0] === '_id'
     const reverse = byId && sortFields[0]![1] === -1
     const reads = this.store.reads
-    const docs = this.docs.getRange({ reverse }).map(entry => (reads.documents++, entry.value))
+    // An _id range (a migration's or a scan's slice: `_id: {$gt: last}`) reads from its lower
+    // bound to its upper one, not the collection from its first document.
+    const bounds: IdBounds = reverse ? { hiInclusive: false } : idBounds(id)
+    const entries = this.docs.getRange({ reverse, ...(bounds.lo === undefined ? {} : { start: bounds.lo }) })
+    const docs = bounds.hi === undefined ? entries.map(entry => (reads.documents++, entry.value)) : upTo(entries, bounds.hi, bounds.hiInclusive, reads)
     return { docs, ordered: sortFields.length === 0 || byId }
   }
 
@@ -961,5 +965,38 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       }
     }
     return removed
+  }
+}
+
+/**
+ * Bounds of an _id condition the documents' key order can seek to. Only for strings of characters
+ * from U+0005 to U+D7FF: against such a bound, the keys' order (UTF-8 bytes) and mingo's (UTF-16
+ * units), which decides each document after, agree; other bounds scan as before.
+ */
+interface IdBounds {
+  lo?: string
+  hi?: string
+  hiInclusive: boolean
+}
+
+function idBounds(id: unknown): IdBounds {
+  if (id === null || typeof id !== 'object' || Array.isArray(id)) return { hiInclusive: false }
+  const condition = id as Record<string, unknown>
+  const seekable = (v: unknown): v is string => typeof v === 'string' && /^[\u0005-\ud7ff]*$/.test(v)
+  const lo = condition.$gt ?? condition.$gte
+  const hi = condition.$lt ?? condition.$lte
+  return {
+    ...(seekable(lo) ? { lo } : {}),
+    ...(seekable(hi) ? { hi } : {}),
+    hiInclusive: condition.$lt === undefined,
+  }
+}
+
+/** The documents of `entries` (in key order) up to the upper bound `hi`. */
+function* upTo<T>(entries: Iterable<{ key: string; value: T }>, hi: string, inclusive: boolean, reads: { documents: number }): Generator<T> {
+  for (const entry of entries) {
+    if (entry.key > hi || (!inclusive && entry.key === hi)) return
+    reads.documents++
+    yield entry.value
   }
 }

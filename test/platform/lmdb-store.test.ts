@@ -767,6 +767,33 @@ t.test('an index that stops being unique keeps its entries: only the declaration
 })
 
 
+t.test('an _id range with no index to read reads from its lower bound to its upper one; unseekable bounds still answer right', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const docs = store.collection('docs')
+  const ids = [...Array.from({ length: 2000 }, (_, i) => `k${String(i).padStart(5, '0')}`), 'k\u{1F600}', 'k\uE000', 'k\u0001', 'k00100\u{1F600}', 'k00100\uFFFD']
+  await docs.insertMany(ids.map((_id, i) => ({ _id, n: i % 5 })))
+  const reads = () => store.reads.documents
+  let before = reads()
+  const page = await docs.find({ _id: { $gt: 'k01000' } }, { sort: { _id: 1 }, limit: 10 })
+  t.same(page.map(d => d._id), Array.from({ length: 10 }, (_, i) => `k${String(1001 + i).padStart(5, '0')}`))
+  t.ok(reads() - before <= 11, `a slice after its last _id reads its own documents: ${reads() - before}`)
+  before = reads()
+  const range = await docs.find({ _id: { $gt: 'k00100', $lte: 'k00200' }, n: 1 })
+  t.ok(reads() - before <= 110, `a bounded range reads its documents only: ${reads() - before}`)
+  const expected = (lo: string, hi: string, lowInclusive: boolean, highInclusive: boolean) =>
+    ids.filter(id => (lowInclusive ? id >= lo : id > lo) && (highInclusive ? id <= hi : id < hi)).sort()
+  t.same(range.map(d => d._id).sort(), expected('k00100', 'k00200', false, true).filter(id => ids.indexOf(id) % 5 === 1), 'the same documents as mingo alone finds')
+  // Bounds the key order cannot seek to (their order differs from mingo's), and ones that hold
+  // documents whose ids it cannot compare alike: answered as before, by reading everything.
+  for (const [lo, hi] of [['k\u{1F600}', 'l'], ['k', 'k\uE000'], ['k00100', 'k00101'], ['k\u0001', 'k00001']] as const) {
+    for (const [gt, lt] of [['$gt', '$lt'], ['$gte', '$lte']] as const) {
+      const found = await docs.find({ _id: { [gt]: lo, [lt]: hi } })
+      t.same(found.map(d => d._id).sort(), expected(lo, hi, gt === '$gte', lt === '$lte'), `${gt} ${JSON.stringify(lo)} ${lt} ${JSON.stringify(hi)}`)
+    }
+  }
+})
+
 t.test('a retention changed, turned off or on again rewrites only the TTL index`s declaration; the sweep follows it', async t => {
   let now = Date.parse('2026-07-01T00:00:00Z')
   const store = new LmdbStore({ path: tempDir(t), clock: { now: () => now }, sweepIntervalMs: 0 })
