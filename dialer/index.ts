@@ -24,6 +24,7 @@ import { createProviders, WEBHOOK_REPORTS, WebhookOutcomes, type WebhookReportDo
 import type { SessionTransport } from '../engine/transport.js'
 import { ContactControl, registerScheduler, Scheduler } from './scheduler/index.js'
 import { BatchRetention, retentionIndexes } from './retention.js'
+import { Erasures } from './erasure.js'
 
 const retentions = new WeakMap<Platform, BatchRetention>()
 
@@ -59,7 +60,8 @@ export function createDialer(platform: Platform, options: DialerOptions): Dialer
   const imports = new CsvImports(platform, new FileBlobStore(platform.config.dataDir), batches, operations, loads)
   const blocked = new BlockedAddresses(store, clock)
   const idempotency = new Idempotency(options.idempotencyStore, clock, platform.logger, platform.config.dialer.idempotency)
-  const queueWorkers = new QueueWorkers([loads.worker, lifecycle.worker, imports.worker])
+  const erasures = new Erasures(platform, operations, options.idempotencyStore, () => options.sessionTransport?.())
+  const queueWorkers = new QueueWorkers([loads.worker, lifecycle.worker, imports.worker, erasures.worker])
   const attempts = new Attempts(store)
   const webhookReports = store.collection<WebhookReportDoc>(WEBHOOK_REPORTS)
   const providers = createProviders(platform.config, { webhookReports, transport: options.sessionTransport })
@@ -74,7 +76,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Dialer
 
   return {
     name: 'dialer',
-    routes: dialerRoutes({ platform, batches, loads, contacts: new Contacts(store), lifecycle, operations, log, blocked, imports, idempotency, attempts, control, outcomes }),
+    routes: dialerRoutes({ platform, batches, loads, contacts: new Contacts(store), lifecycle, operations, log, blocked, imports, idempotency, attempts, control, outcomes, erasures }),
     async start() {
       for (const [collection, indexes] of Object.entries(INDEXES)) await store.ensureIndexes(collection, indexes)
       await idempotency.ensureIndexes()
