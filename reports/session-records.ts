@@ -54,6 +54,8 @@ export interface SessionRecordDoc {
   slot?: number
   /** false while live; true once its final values are in the block stats (absent: written before them). */
   slotted?: boolean
+  /** start_time as a Date: what its retention's TTL index reads (reports/retention.ts). */
+  started_at?: Date
 }
 
 export interface LastMessage {
@@ -135,6 +137,7 @@ export class SessionRecorder {
           slot: quarterOf(r.startTime),
           slotted: false,
           ...(r.customer ? { customer: r.customer } : {}),
+          started_at: new Date(r.startTime),
         },
         $set: { updated_at: this.clock.now() },
       },
@@ -232,7 +235,7 @@ export class SessionRecorder {
    * already stored is left alone and not counted. Returns how many were inserted.
    */
   async insert(records: SessionRecordDoc[]): Promise<number> {
-    const docs = records.map(r => ({ ...r, slot: quarterOf(r.start_time), slotted: r.end_time != null }))
+    const docs = records.map(r => ({ ...r, slot: quarterOf(r.start_time), slotted: r.end_time != null, started_at: new Date(r.start_time) }))
     const result = await this.records.insertMany(docs, { ordered: false })
     const rejected = new Set(result.duplicateKeyIndexes)
     const updates = new SlotUpdates()

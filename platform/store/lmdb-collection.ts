@@ -44,6 +44,7 @@ import { effectiveSort, plan, shapeOf, type IndexPlan } from './planner.js'
 import { countByPipeline, countPlan, countRowsOf, keyValue, type CountRow, type CountValue } from './counted-index.js'
 import { groupInSlices, simpleGroup } from './sliced-group.js'
 import { sharedStructures } from './shared-structures.js'
+import { jsonDocuments } from './json-documents.js'
 import {
   type EntryIndex,
   type LiveIndex,
@@ -91,7 +92,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
     // A JSON collection only looks for a c: database left from before; it never creates one.
     this.docs = store.env.openDB<T, string>({ name: `c:${name}`, create: !json, ...sharedStructures(store.structures, name) } as { name: string })
     if (json) {
-      const target = store.env.openDB<T, string>({ name: `j:${name}`, encoding: 'json' })
+      const target = store.env.openDB<T, string>({ name: `j:${name}`, encoder: jsonDocuments } as { name: string })
       // lmdb-js answers undefined for a database that does not exist when asked not to create it.
       const old = this.docs as Database<T, string> | undefined
       if (!old || store.meta.get(movedKey(name))) {
@@ -300,7 +301,11 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
     const byId = sortFields.length === 1 && sortFields[0]![0] === '_id'
     const reverse = byId && sortFields[0]![1] === -1
     const reads = this.store.reads
-    const docs = this.docs.getRange({ reverse }).map(entry => (reads.documents++, entry.value))
+    // An _id range (a migration's or a scan's slice: `_id: {$gt: last}`) reads from its lower
+    // bound to its upper one, not the collection from its first document.
+    const bounds: IdBounds = reverse ? { hiInclusive: false } : idBounds(id)
+    const entries = this.docs.getRange({ reverse, ...(bounds.lo === undefined ? {} : { start: bounds.lo }) })
+    const docs = bounds.hi === undefined ? entries.map(entry => (reads.documents++, entry.value)) : upTo(entries, bounds.hi, bounds.hiInclusive, reads)
     return { docs, ordered: sortFields.length === 0 || byId }
   }
 
@@ -780,6 +785,17 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       this.loadIndexes()
       return
     }
+    if (current && !current.building && sameDefinition({ ...current, expireAfterSeconds: wanted.expireAfterSeconds }, wanted)) {
+      // Only the TTL changed (a retention setting, or retention turned on or off): the entries
+      // are the same (key, _id) entries either way, so only the declaration changes.
+      await this.write(() => {
+        const { expireAfterSeconds: _, ...rest } = current
+        const next: StoredIndex = wanted.expireAfterSeconds === undefined ? rest : { ...rest, expireAfterSeconds: wanted.expireAfterSeconds }
+        this.saveIndexes(this.store.declared(this.name).map(s => (s.name === spec.name ? next : s)))
+      })
+      this.loadIndexes()
+      return
+    }
     const serving = current?.building ? current.previous : current
     if (serving && rebuildsOnline(serving, wanted) && this.docs.getCount() > WRITE_SLICE) {
       await this.redefineOnline(current!, serving, wanted)
@@ -949,5 +965,38 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       }
     }
     return removed
+  }
+}
+
+/**
+ * Bounds of an _id condition the documents' key order can seek to. Only for strings of characters
+ * from U+0005 to U+D7FF: against such a bound, the keys' order (UTF-8 bytes) and mingo's (UTF-16
+ * units), which decides each document after, agree; other bounds scan as before.
+ */
+interface IdBounds {
+  lo?: string
+  hi?: string
+  hiInclusive: boolean
+}
+
+function idBounds(id: unknown): IdBounds {
+  if (id === null || typeof id !== 'object' || Array.isArray(id)) return { hiInclusive: false }
+  const condition = id as Record<string, unknown>
+  const seekable = (v: unknown): v is string => typeof v === 'string' && /^[\u0005-\ud7ff]*$/.test(v)
+  const lo = condition.$gt ?? condition.$gte
+  const hi = condition.$lt ?? condition.$lte
+  return {
+    ...(seekable(lo) ? { lo } : {}),
+    ...(seekable(hi) ? { hi } : {}),
+    hiInclusive: condition.$lt === undefined,
+  }
+}
+
+/** The documents of `entries` (in key order) up to the upper bound `hi`. */
+function* upTo<T>(entries: Iterable<{ key: string; value: T }>, hi: string, inclusive: boolean, reads: { documents: number }): Generator<T> {
+  for (const entry of entries) {
+    if (entry.key > hi || (!inclusive && entry.key === hi)) return
+    reads.documents++
+    yield entry.value
   }
 }
