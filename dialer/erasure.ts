@@ -24,8 +24,9 @@
 //                    history entry; or an identifier as a value of its arguments) is closed with
 //                    reason `erased`, which drops its journal and its checkpoint as every close
 //                    does; a closed one's journal is dropped again in case a crash left it
-//   session records  of those sessions, and any of the account's whose last message names an
-//                    address: the last message goes; counts, times and status stay
+//   session records  of those sessions: the last message and the customer go; of any of the
+//                    account's, a last message naming an address and a customer named by an
+//                    address or identifier go; counts, times and status stay
 //   import errors, the error samples of contact loads (and of their chunk plans), stored
 //                    answers of idempotent requests: the entries naming the person go
 //   report blocks    hold counts only: untouched
@@ -256,7 +257,7 @@ export class Erasures {
     }
     await this.count(op, 'blockedAddresses', blocks)
 
-    // Sessions: closed when live; their records lose the last message.
+    // Sessions: closed when live.
     const problems: string[] = []
     const named = new Set(allAttempts)
     for (const sessionId of await this.liveSessionsNaming(accountId, person)) named.add(sessionId)
@@ -280,12 +281,27 @@ export class Erasures {
       problems.push(`${unreached.length} live session(s) naming the person could not be closed (${this.transport() ? 'they did not close in time' : 'no assistant engine in this process: run the dialer workers with ROLE=all'}): ${unreached.join(', ')}`)
     }
     const reached = [...named].filter(id => !unreached.includes(id))
-    let records = reached.length === 0 ? 0 : (await this.records.updateMany({ accountId, _id: { $in: reached }, last_message: { $exists: true } }, { $unset: { last_message: '' } })).modifiedCount
-    const lastMessage = person.textCondition(addresses)
-    if (lastMessage) {
-      const naming = (await this.matching(this.records, { accountId }, { 'last_message.text': lastMessage })).filter(r => r.last_message && person.text(r.last_message.text) && !unreached.includes(r._id))
-      if (naming.length > 0) records += (await this.records.updateMany({ _id: { $in: naming.map(r => r._id) } }, { $unset: { last_message: '' } })).modifiedCount
+    // Their records lose the last message and the customer the arguments named; any other record
+    // loses whichever of the two names the person (a customer by address or identifier).
+    const erasedRecords = new Set<string>()
+    const unsetIn = async (ids: string[], fields: Record<string, ''>, having: Filter) => {
+      if (ids.length === 0) return
+      const modified = await this.records.find({ accountId, _id: { $in: ids }, ...having }, { projection: { _id: 1 } })
+      if (modified.length === 0) return
+      await this.records.updateMany({ accountId, _id: { $in: modified.map(r => r._id) } }, { $unset: fields })
+      for (const r of modified) erasedRecords.add(r._id)
     }
+    await unsetIn(reached, { last_message: '', customer: '' }, { $or: [{ last_message: { $exists: true } }, { customer: { $exists: true } }] })
+    const text = person.textCondition(addresses)
+    const arms: Filter[] = []
+    if (text) arms.push({ 'last_message.text': text }, { 'customer.address': text })
+    if (identifiers.length > 0) arms.push({ 'customer.address': { $in: identifiers } })
+    if (arms.length > 0) {
+      const others = (await this.matching(this.records, { accountId }, { $or: arms })).filter(r => !unreached.includes(r._id) && !reached.includes(r._id))
+      await unsetIn(others.filter(r => r.last_message && person.text(r.last_message.text)).map(r => r._id), { last_message: '' }, {})
+      await unsetIn(others.filter(r => r.customer && person.value(r.customer)).map(r => r._id), { customer: '' }, {})
+    }
+    const records = erasedRecords.size
     await this.count(op, 'sessionRecords', records)
 
     // Entries naming the person's identifiers: per batch for the contacts' own, account-wide for the request's.

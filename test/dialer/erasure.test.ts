@@ -81,13 +81,14 @@ for (const store of STORES) {
     await call(base, 'POST', '/dialer/v1/blocked-addresses', { body: { address: PHONE, addressType: 'phone', reason: `asked by ${NAME}` } })
     await call(base, 'POST', '/dialer/v1/blocked-addresses', { body: { address: '34655555555', addressType: 'phone', reason: 'same household as +34 611 22 33 44' } })
     // Sessions naming them: by an address in the arguments, an identifier as an argument, an
-    // address in a message (another spelling); one closed already; one that does not.
+    // address in a message (another spelling); one closed already (its record names the customer
+    // by another spelling of the address); one that does not.
     const named = [
       await session(KEYS.acme, { name: NAME, phone: PHONE }, 'hello'),
       await session(KEYS.acme, { customer: ID }, 'hi there'),
       await session(KEYS.acme, {}, 'my mail is Ana.Second@Example.ORG'),
     ]
-    const closedEarlier = await session(KEYS.acme, {}, 'call me at +34 611 22 33 44')
+    const closedEarlier = await session(KEYS.acme, { name: NAME, telefono: '+34 611 22 33 44' }, 'call me at +34 611 22 33 44')
     t.equal((await call(base, 'DELETE', `${ADMIN}/${closedEarlier}`, { headers: { UserId: randomUUID() } })).status, 204)
     const unrelated = await session(KEYS.acme, { name: 'Someone Else' }, 'hello')
     t.ok(allPlaces(await places()).length > before.length, 'the person is in the store')
