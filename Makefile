@@ -1,6 +1,6 @@
 # make run   - install, build and start the whole service in one process (embedded store, no external server)
 # make test  - install everything the tests need (npm and Debian packages) and run the whole suite
-# make bench - run the benchmarks in bench/ (figures go in README.md)
+# make bench - run the benchmarks in bench/ (each bench/<name>/README.md holds its figures)
 # make fuzz  - the fuzz suite against a real process for FUZZ_SECONDS (default 600)
 # make soak  - a mixed workload for SOAK_MINUTES (default 20), memory and event-loop delay over time
 

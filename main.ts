@@ -22,10 +22,11 @@ async function main() {
     try {
       await service.close()
     } finally {
+      service.platform.logger.flush?.()
       process.exit(code)
     }
   }
-  // Same policy in every role (all, gateway, engine, worker): see README "Edge limits and hygiene".
+  // Same policy in every role (all, gateway, engine, worker): docs/operations.md, "Process-level policy".
   installProcessGuards({
     logger: service.platform.logger,
     metrics: service.platform.metrics,

@@ -46,7 +46,7 @@ async function openStore(config: Config, clock: Clock, logger: Logger): Promise<
 /**
  * NATS_URL set: work queues on JetStream, shared by every process; unset: durable queues in the
  * embedded database (a load acknowledged before a restart completes after it), or in memory
- * when the store is not the embedded one (MongoDB without NATS: one process, as before).
+ * when the store is not the embedded one (MongoDB without NATS: one process).
  */
 async function openBus(config: Config, logger: Logger, store: Store, metrics: Metrics): Promise<Bus> {
   if (!config.natsUrl) return store instanceof LmdbStore ? new LmdbBus(store, logger) : new MemoryBus(logger)

@@ -29,6 +29,14 @@ export interface BatchDoc {
   createdBy: Actor
   createdAt: Date
   updatedAt: Date
+  /** When it last finished (completed, archived or deleted): its retention counts from here; null or absent while not finished. */
+  finishedAt?: Date | null
+  /** Requests to bring its contacts' retention stamps in line with finishedAt (dialer/retention.ts); absent: none. */
+  stampsPending?: number
+  /** Set with stampsPending: what puts the batch in the partial index a pass reads. */
+  stampsWanted?: true
+  /** When the contacts its retention left behind were removed (dialer/retention.ts). */
+  purgedAt?: Date
 }
 
 export interface Move {
@@ -52,6 +60,8 @@ const HIDDEN: BatchStatus[] = ['deleted']
 
 export class Batches {
   readonly docs: Collection<BatchDoc>
+  /** Told when a batch finished or was started again (dialer/retention.ts stamps its contacts). */
+  onFinishChanged?: () => void
   constructor(store: Store, private readonly clock: Clock) {
     this.docs = store.collection<BatchDoc>(COLLECTIONS.batches)
   }
@@ -101,17 +111,39 @@ export class Batches {
   /** Applies a lifecycle move atomically, or explains with 409 why it is not allowed now. */
   async move(accountId: string, batchId: string, type: LifecycleType): Promise<BatchDoc> {
     const move = MOVES[type]
+    const at = new Date(this.clock.now())
     const moved = await this.docs.findOneAndUpdate(
       { _id: batchId, accountId, status: { $in: move.from } },
-      { $set: { status: move.to, updatedAt: new Date(this.clock.now()) } },
+      { $set: { status: move.to, updatedAt: at } },
       { returnDocument: 'after' },
     )
-    if (moved) return moved
+    if (moved) {
+      // Retention counts from when a batch finishes; a completed batch started again is not finished.
+      if (move.to === 'archived' || move.to === 'deleting') await this.finished(batchId, null, at)
+      else if (move.to === 'running' && moved.finishedAt) await this.reopened(batchId, moved.finishedAt)
+      return moved
+    }
     const current = await this.get(accountId, batchId)
     throw new InvalidState('INVALID_BATCH_TRANSITION', `Cannot ${type.slice('batch.'.length)} a batch in status ${current.status}`, {
       status: current.status,
       allowedFrom: move.from,
     })
+  }
+
+  /**
+   * The batch finished at `at`, unless it had already (`since`: the finish it had, which a load
+   * into it moves on: its retention counts from the last thing done to it). Its contacts' stamps
+   * are brought in line by dialer/retention.ts.
+   */
+  async finished(batchId: string, since: Date | null, at: Date) {
+    const changed = await this.docs.updateOne({ _id: batchId, finishedAt: since }, { $set: { finishedAt: at, stampsWanted: true }, $inc: { stampsPending: 1 }, $unset: { purgedAt: '' } })
+    if (changed.modifiedCount > 0) this.onFinishChanged?.()
+  }
+
+  /** A finished batch started again: no longer finished (unless it finished again meanwhile). */
+  private async reopened(batchId: string, finishedAt: Date) {
+    const changed = await this.docs.updateOne({ _id: batchId, status: 'running', finishedAt }, { $set: { finishedAt: null, stampsWanted: true }, $inc: { stampsPending: 1 }, $unset: { purgedAt: '' } })
+    if (changed.modifiedCount > 0) this.onFinishChanged?.()
   }
 
   async setStatus(batchId: string, from: BatchStatus, to: BatchStatus) {
@@ -140,5 +172,6 @@ export function batchView(doc: BatchDoc) {
     importErrorCount: doc.importErrorCount,
     createdAt: doc.createdAt.toISOString(),
     updatedAt: doc.updatedAt.toISOString(),
+    finishedAt: doc.finishedAt ? doc.finishedAt.toISOString() : null,
   }
 }

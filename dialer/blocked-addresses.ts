@@ -8,14 +8,39 @@ import { type Actor, COLLECTIONS } from './collections.js'
 
 export type AddressType = 'phone' | 'email' | 'whatsapp'
 
-interface BlockedDoc {
+export interface BlockedDoc {
   _id: string
   accountId: string
   addressType: AddressType
+  /** The normalized address, or erasedAddress() of it once its person was erased. */
   address: string
   reason: string | null
   blockedBy: string
   createdAt: Date
+  /** When its person was erased (dialer/erasure.ts): the block stays, without the address. */
+  erasedAt?: Date
+}
+
+/**
+ * What an erased person's block keeps instead of the address (dialer/erasure.ts): a do-not-call
+ * block must go on refusing the address, so it stays, keyed by a digest of (account, type,
+ * address). Whoever holds the address finds the block again (the scheduler before a dial, an
+ * unblock, a listing filtered by address); the block alone no longer says whose it is.
+ */
+export const erasedAddress = (accountId: string, type: string, normalized: string) => `erased:${stableId(`${accountId}|${type}|${normalized}`)}`
+
+/**
+ * The `address` values that hold a block of these addresses (each as typed: its own value and
+ * its erased form), and the blockKey() a found block stands for.
+ */
+export function blockLookup(accountId: string, addresses: { type: string; address: string }[]) {
+  const keyOf = new Map<string, string>()
+  for (const { type, address } of addresses) {
+    const normalized = normalizeAddress(type as AddressType, address)
+    keyOf.set(erasedAddress(accountId, type, normalized), `${type}|${normalized}`)
+  }
+  const values = [...new Set([...addresses.map(a => normalizeAddress(a.type as AddressType, a.address)), ...keyOf.keys()])]
+  return { values, keyOf: (doc: { addressType: string; address: string }) => keyOf.get(doc.address) ?? `${doc.addressType}|${doc.address}` }
 }
 
 const PHONE = /^[0-9]{7,15}$/
@@ -97,21 +122,31 @@ export class BlockedAddresses {
   }
 
   async unblock(accountId: string, body: { address?: string; addresses?: string[]; addressType: AddressType }) {
-    const addresses = addressesOf(body).map(a => normalizeAddress(body.addressType, a))
-    const unblocked = await this.docs.deleteMany({ accountId, addressType: body.addressType, address: { $in: [...new Set(addresses)] } })
+    const { values } = blockLookup(accountId, addressesOf(body).map(address => ({ type: body.addressType, address })))
+    const unblocked = await this.docs.deleteMany({ accountId, addressType: body.addressType, address: { $in: values } })
     return { unblocked }
   }
 
   async list(accountId: string, filter: { addressType?: AddressType; address?: string }, limit: number, offset: number) {
     const query: Record<string, unknown> = { accountId }
     if (filter.addressType) query.addressType = filter.addressType
-    if (filter.address) query.address = filter.addressType ? normalizeAddress(filter.addressType, filter.address) : filter.address
+    if (filter.address) {
+      const types: AddressType[] = filter.addressType ? [filter.addressType] : ['phone', 'email', 'whatsapp']
+      query.address = { $in: blockLookup(accountId, types.map(type => ({ type, address: filter.address! }))).values }
+    }
     const [docs, total] = await Promise.all([
       this.docs.find(query, { sort: { createdAt: -1, _id: 1 }, skip: offset, limit }),
       this.docs.countDocuments(query),
     ])
     return {
-      data: docs.map(d => ({ address: d.address, addressType: d.addressType, reason: d.reason, blockedBy: d.blockedBy, createdAt: d.createdAt.toISOString() })),
+      data: docs.map(d => ({
+        address: d.address,
+        addressType: d.addressType,
+        reason: d.reason,
+        blockedBy: d.blockedBy,
+        createdAt: d.createdAt.toISOString(),
+        ...(d.erasedAt ? { erasedAt: d.erasedAt.toISOString() } : {}),
+      })),
       total,
     }
   }

@@ -130,7 +130,11 @@ export class ChunkApplication {
       const chunk: DecodedChunk = { ...message, contacts: chunkContacts(message) }
       const batch = await this.batches.docs.findOne({ _id: message.batchId })
       const plan = await this.planOnce(chunk, batch, op)
-      if (batch && !['deleting', 'deleted'].includes(batch.status)) await this.apply(chunk, plan, batch)
+      if (batch && !['deleting', 'deleted'].includes(batch.status)) {
+        await this.apply(chunk, plan, batch)
+        // Contacts loaded into a finished batch: its retention counts from this load.
+        if (batch.finishedAt) await this.batches.finished(batch._id, batch.finishedAt, new Date(this.clock.now()))
+      }
       await yieldToLoop()
       await this.operations.countChunk(op._id, message.index, plan.counts, plan.errors)
     }

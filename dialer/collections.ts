@@ -120,6 +120,12 @@ export interface ContactDoc {
   lastSkipReason?: string | null
   /** Its batch selects by due time (rules.priorityOrder = scheduledAt): in `batch_state_next_rank`. */
   dueOrdered?: true
+  /**
+   * When its batch finished, on a contact no longer active in a finished batch (dialer/retention.ts):
+   * the TTL field. `batchFinished` puts it in the partial TTL index, so other contacts have no entry.
+   */
+  batchFinished?: true
+  batchFinishedAt?: Date
 }
 
 /** Contacts without contactPriority are selected after every prioritized one. */

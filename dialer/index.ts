@@ -23,6 +23,17 @@ import { markDueOrderedContacts } from './due-ordered-contacts.js'
 import { createProviders, WEBHOOK_REPORTS, WebhookOutcomes, type WebhookReportDoc } from './providers/index.js'
 import type { SessionTransport } from '../engine/transport.js'
 import { ContactControl, registerScheduler, Scheduler } from './scheduler/index.js'
+import { BatchRetention, retentionIndexes } from './retention.js'
+import { Erasures } from './erasure.js'
+
+const retentions = new WeakMap<Platform, BatchRetention>()
+
+/** The finished-batch retention a running service created (tests run its passes). */
+export function retentionOf(platform: Platform): BatchRetention {
+  const retention = retentions.get(platform)
+  if (!retention) throw new Error('no dialer on this platform')
+  return retention
+}
 
 export interface DialerOptions {
   idempotencyStore: Store
@@ -49,28 +60,34 @@ export function createDialer(platform: Platform, options: DialerOptions): Dialer
   const imports = new CsvImports(platform, new FileBlobStore(platform.config.dataDir), batches, operations, loads)
   const blocked = new BlockedAddresses(store, clock)
   const idempotency = new Idempotency(options.idempotencyStore, clock, platform.logger, platform.config.dialer.idempotency)
-  const queueWorkers = new QueueWorkers([loads.worker, lifecycle.worker, imports.worker])
+  const erasures = new Erasures(platform, operations, options.idempotencyStore, () => options.sessionTransport?.())
+  const queueWorkers = new QueueWorkers([loads.worker, lifecycle.worker, imports.worker, erasures.worker])
   const attempts = new Attempts(store)
   const webhookReports = store.collection<WebhookReportDoc>(WEBHOOK_REPORTS)
   const providers = createProviders(platform.config, { webhookReports, transport: options.sessionTransport })
   // Signatures are checked against real time (the sender's clock), not the service clock.
   const outcomes = new WebhookOutcomes(platform.config.dialer.webhook.secret, attempts.docs, webhookReports, providers.webhook, () => Date.now())
-  const scheduler = new Scheduler(platform, { log, attempts, providers })
+  const retention = new BatchRetention(store, clock, platform.logger, platform.config.retention.finishedBatchesDays)
+  retentions.set(platform, retention)
+  batches.onFinishChanged = () => retention.kick()
+  const scheduler = new Scheduler(platform, { log, attempts, providers, finished: () => retention.kick() })
   registerScheduler(platform, scheduler)
   const control = new ContactControl(platform, attempts)
 
   return {
     name: 'dialer',
-    routes: dialerRoutes({ platform, batches, loads, contacts: new Contacts(store), lifecycle, operations, log, blocked, imports, idempotency, attempts, control, outcomes }),
+    routes: dialerRoutes({ platform, batches, loads, contacts: new Contacts(store), lifecycle, operations, log, blocked, imports, idempotency, attempts, control, outcomes, erasures }),
     async start() {
       for (const [collection, indexes] of Object.entries(INDEXES)) await store.ensureIndexes(collection, indexes)
       await idempotency.ensureIndexes()
       await store.ensureIndexes(WEBHOOK_REPORTS, [{ name: 'received_ttl', key: { receivedAt: 1 }, expireAfterSeconds: 7 * 86_400 }])
+      for (const [collection, indexes] of Object.entries(retentionIndexes(platform.config.retention))) await store.ensureIndexes(collection, indexes)
       await loads.active.start(platform.logger)
       if (options.workers !== false) {
         await markDueOrderedContacts(store, platform.logger)
         queueWorkers.start()
         scheduler.start(platform.config.dialer.cycleMs)
+        retention.start()
         uploadSweep = setInterval(() => {
           imports.sweepFiles().catch(error => platform.logger.warn('upload sweep failed', { error }))
         }, platform.config.dialer.uploadSweepMs)
@@ -85,6 +102,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Dialer
       // Attempts waiting on a webhook report or an assistant session end now (as failed).
       providers.close()
       await scheduler.stop()
+      await retention.stop()
       await queueWorkers.stop()
       await chunkThread?.close()
       await loads.active.stop()

@@ -11,6 +11,8 @@ export const RETENTION = {
   load: 6 * HOUR,
   lifecycle: HOUR,
   lifecycleAfterFinish: 10 * 60 * 1000,
+  // The record that a person was erased (counts only) is what an account shows its auditor.
+  erasure: 30 * 24 * HOUR,
 }
 export const MAX_ERROR_SAMPLE = 20
 
@@ -33,7 +35,6 @@ export interface OperationError {
 interface OperationBase {
   _id: string
   accountId: string
-  batchId: string
   status: OperationStatus
   createdAt: Date
   completedAt: Date | null
@@ -42,6 +43,7 @@ interface OperationBase {
 
 export interface LoadOperationDoc extends OperationBase, LoadCounts {
   kind: 'contacts.load'
+  batchId: string
   type: 'contacts.insert' | 'contacts.import'
   requestedCount: number
   totalChunks: number
@@ -55,13 +57,63 @@ export interface LoadOperationDoc extends OperationBase, LoadCounts {
 
 export interface LifecycleOperationDoc extends OperationBase {
   kind: 'batch.lifecycle'
+  batchId: string
   type: LifecycleType
   stage: 'queued' | 'applying' | 'done'
   progress: number
   error: string | null
 }
 
-export type OperationDoc = LoadOperationDoc | LifecycleOperationDoc
+/** What an erasure removed (or, for blocks and session records, stripped of the person). */
+export interface ErasureCounts {
+  contacts: number
+  attempts: number
+  /** Blocks at the person's addresses: kept as blocks, without the address or reason. */
+  blockedAddresses: number
+  /** Live sessions that named the person, closed (their history and checkpoint dropped). */
+  sessions: number
+  /** Session records whose last message was removed. */
+  sessionRecords: number
+  importErrors: number
+  /** Entries naming the person's identifiers in the error samples of contact loads. */
+  operationErrors: number
+  webhookReports: number
+  /** Stored answers of idempotent requests that held the person's data. */
+  idempotencyRecords: number
+}
+
+/** Who the erasure is for, kept only while it runs (cleared by the write that ends it). */
+export interface ErasureTerms {
+  /** Normalized, with their type. */
+  addresses: { type: 'phone' | 'email' | 'whatsapp'; address: string }[]
+  identifiers: string[]
+  /** Found in the first step, before anything is deleted, so that a redelivery erases the same. */
+  expanded?: { addresses: string[]; identifiers: string[]; contactIds: string[]; attemptIds: string[]; contactKeys: [batchId: string, identifier: string][] }
+}
+
+export interface ErasureOperationDoc extends OperationBase {
+  kind: 'person.erasure'
+  type: 'person.erase'
+  counts: ErasureCounts
+  error: string | null
+  /** Present while the erasure runs. */
+  terms?: ErasureTerms
+  actor: { id: string; name?: string }
+}
+
+export type OperationDoc = LoadOperationDoc | LifecycleOperationDoc | ErasureOperationDoc
+
+export const emptyErasureCounts = (): ErasureCounts => ({
+  contacts: 0,
+  attempts: 0,
+  blockedAddresses: 0,
+  sessions: 0,
+  sessionRecords: 0,
+  importErrors: 0,
+  operationErrors: 0,
+  webhookReports: 0,
+  idempotencyRecords: 0,
+})
 
 const ZERO_COUNTS: LoadCounts = { insertedCount: 0, invalidCount: 0, duplicateCount: 0, updatedCount: 0, recontactedCount: 0 }
 
@@ -120,6 +172,24 @@ export class Operations {
       createdAt: now,
       completedAt: null,
       expiresAt: new Date(now.getTime() + RETENTION.lifecycle),
+      ...input,
+    }
+    await this.docs.insertOne(doc)
+    return doc
+  }
+
+  async createErasure(input: { accountId: string; terms: ErasureTerms; actor: ErasureOperationDoc['actor'] }): Promise<ErasureOperationDoc> {
+    const now = this.now()
+    const doc: ErasureOperationDoc = {
+      _id: newOrderedId(),
+      kind: 'person.erasure',
+      type: 'person.erase',
+      status: 'pending',
+      counts: emptyErasureCounts(),
+      error: null,
+      createdAt: now,
+      completedAt: null,
+      expiresAt: new Date(now.getTime() + RETENTION.erasure),
       ...input,
     }
     await this.docs.insertOne(doc)
@@ -201,6 +271,19 @@ export class Operations {
 }
 
 export function operationView(op: OperationDoc) {
+  if (op.kind === 'person.erasure') {
+    return {
+      kind: op.kind,
+      operationId: op._id,
+      type: op.type,
+      status: op.status,
+      counts: op.counts,
+      error: op.error,
+      createdAt: op.createdAt.toISOString(),
+      completedAt: op.completedAt ? op.completedAt.toISOString() : null,
+      expiresAt: op.expiresAt.toISOString(),
+    }
+  }
   const common = {
     kind: op.kind,
     operationId: op._id,

@@ -18,6 +18,7 @@ import type { Attempts } from './attempts.js'
 import { type ContactControl, emptyProgress } from './scheduler/index.js'
 import { OUTCOMES, type Outcome } from './rules.js'
 import type { WebhookOutcomes } from './providers/index.js'
+import type { ErasureRequest, Erasures } from './erasure.js'
 
 const V1 = '/dialer/v1'
 const TAG = 'Dialer'
@@ -37,6 +38,7 @@ export interface DialerServices {
   control: ContactControl
   /** Outcomes reported by the webhook provider's receiver. */
   outcomes: WebhookOutcomes
+  erasures: Erasures
 }
 
 /** Parses and validates a JSON body against a schema; 400 VALIDATION_FAILED lists every problem. */
@@ -177,7 +179,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       path: `${V1}/batches/operations/:operationId`,
       role: 'dialer',
       tag: TAG,
-      summary: 'Read an operation (contacts.load or batch.lifecycle); 404 once retention expired',
+      summary: 'Read an operation (contacts.load, batch.lifecycle or person.erasure); 404 once retention expired',
       responses: { '200': { description: 'The operation; read kind first', schema: 'dialer.operation' }, '404': { description: 'Unknown, another account\'s, or past retention' } },
       handle: async ctx => {
         const op = await s.operations.find(ctx.principal.accountId, ctx.params.operationId!)
@@ -296,6 +298,19 @@ export function dialerRoutes(s: DialerServices): Route[] {
       s.imports.listRowErrors(batch._id, limit, offset),
       'dialer.import-errors',
     ),
+    write({
+      method: 'post',
+      path: `${V1}/erasures`,
+      role: 'dialer',
+      tag: TAG,
+      summary: "Erase one person from the account (by address, contact identifier or both): contacts, attempts, session histories and texts; do-not-call blocks stay without the address",
+      requestSchema: 'dialer.erasure.create',
+      responses: {
+        '202': { description: 'Accepted; poll the person.erasure operation at Location for its counts', schema: 'dialer.erasure.accepted' },
+        '400': { description: 'VALIDATION_FAILED: no address and no identifier, or one that is not valid' },
+      },
+      handle: async ctx => accepted(await s.erasures.request(ctx.principal, body<ErasureRequest>(ctx, 'dialer.erasure.create'))),
+    }),
     write({
       method: 'post',
       path: `${V1}/blocked-addresses`,

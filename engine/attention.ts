@@ -1,4 +1,4 @@
-// Attention flags (issue 13): why a live session needs a human now. Raised from the session's own
+// Attention flags: why a live session needs a human now. Raised from the session's own
 // history as it is written (RecordWriter follows every entry), kept on its report record so the
 // listing and the lifecycle feed carry them from any gateway, and acknowledged by a supervisor.
 //

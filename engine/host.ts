@@ -48,6 +48,7 @@ import { isBusy, type LiveSession, settled, touchConsumer } from './live-session
 import { log, openingOf, sessionEffects } from './session-effects.js'
 import { rebuild } from './session-restore.js'
 import { Deadlines } from './deadlines.js'
+import { customerOf } from './session-directory.js'
 
 export interface HostOptions {
   platform: Platform
@@ -270,7 +271,7 @@ export class SessionHost {
     const live = this.register(request.sessionId, request.accountId, crew, [request.consumerId], origin)
     live.eventBound = eventSeqBound ?? 0
     live.listeners.add(listener)
-    live.writer.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: context.agentId, startTime: at })
+    live.writer.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: context.agentId, startTime: at, customer: customerOf(request.arguments) })
     for (const entry of opening.entries) live.writer.append(entry)
     this.emit(live, { kind: 'event', name: 'Initialized', data: { sessionId: request.sessionId, consumerId: request.consumerId } })
     for (const event of opening.publish) this.publish(live, event.name, event.data)

@@ -88,7 +88,7 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
 function supervisionStreams(platform: Platform, directory: SessionDirectory, transport: SessionTransport, presence: Presence) {
   const { feedLagMs, feedBatch } = platform.config.supervision
   return [
-    feedRoute(directory, platform.clock, platform.overload, { ...FEED_DEFAULTS, lagMs: feedLagMs, batch: feedBatch }),
+    feedRoute(directory, platform.clock, platform.overload, { ...FEED_DEFAULTS, lagMs: feedLagMs, batch: feedBatch }, presence),
     watchRoute(transport, presence, platform.overload),
   ]
 }

@@ -16,7 +16,7 @@ export interface LiveSession {
   /**
    * The session's actor; null while hibernated: a session quiet for ENGINE_HIBERNATE_AFTER_MS
    * (idle or paused, nothing pending, everything written) lets its actor go and is woken from
-   * its persisted snapshot by its next command (or its idle deadline). Its streams stay open.
+   * its checkpoint by its next command (or its idle deadline). Its streams stay open.
    */
   actor: Actor<typeof sessionMachine> | null
   /** Its conversation, folded from its history (null while hibernated, with the actor). */
@@ -44,7 +44,7 @@ export interface LiveSession {
   eventBound: number
   /** Consumer ids known to the session, least recently used first (bounded: ENGINE_MAX_CONSUMER_IDS_PER_SESSION). */
   consumers: Set<string>
-  /** Its history, snapshot and report record on their way to the store. */
+  /** Its history, checkpoint and report record on their way to the store. */
   writer: SessionWriter
   idleTimer: { deadline: number; timer: NodeJS.Timeout } | null
   /** The context's idle deadline as last seen (kept while hibernated). */

@@ -13,7 +13,7 @@
 //
 // The revision returned by the claim is the lease's fencing token. JetStream revisions only
 // grow, so a later owner always has a larger token. The host writes the token into the
-// session's document when it restores the session and makes its snapshot writes conditional on
+// session's document when it restores the session and makes its checkpoint writes conditional on
 // it, so a node that lost its lease (paused, partitioned) can no longer overwrite the new
 // owner's state; the node also stops writing once its lease was not renewed within
 // 3 renew periods, and drops the actor when a renewal's compare-and-set fails. A node whose
@@ -214,7 +214,7 @@ export class Ownership implements SessionLeases {
    * to those sessions' command subjects again next to their new owner and get their commands
    * too, and its stale actors would run them on an out-of-date conversation. So it drops them
    * all as soon as the connection goes: nothing more is written from here, and a session still
-   * its own comes back through a claim (restored from its last snapshot) on its next command.
+   * its own comes back through a claim (restored from the store) on its next command.
    * Once reconnected it claims them back (onReconnected): those no survivor took meanwhile are
    * restored here at once, and a reply cut by the blip is given again (the restore re-answers an
    * acknowledged message that has no reply yet).

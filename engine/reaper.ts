@@ -12,7 +12,7 @@
 //     fails when another live node owns it (the owners bucket's compare-and-set decides
 //     between two reapers), and succeeds when its owner is dead or there is none;
 //   - then the host restores it through its ordinary restore path. The restore re-arms the idle
-//     timer from the snapshot's deadline and does not touch it, so the timer fires at once and
+//     timer from the checkpoint's deadline and does not touch it, so the timer fires at once and
 //     the session closes through the normal path (log, record, tombstone, slot, lease). That is
 //     why the reaper has no close logic of its own for restorable sessions: it is the least new
 //     code, and the close is the very one an idle timeout runs.

@@ -66,6 +66,35 @@ export interface ListedSession {
   awaitingReplySince: number | null
   /** Why the session needs a human now (engine/attention.ts); empty when it does not. */
   attention: AttentionFlag[]
+  /** Who it is with, from the session's arguments (customerOf); null when they name nobody. */
+  customer: Customer | null
+}
+
+export interface Customer {
+  name?: string
+  address?: string
+}
+
+// Session arguments are free-form: the first of these keys that holds text names the customer
+// and their address (the dialer passes a contact's custom fields as they were imported).
+const NAME_KEYS = ['name', 'customerName', 'customer_name', 'fullName', 'full_name', 'nombre']
+const ADDRESS_KEYS = ['phone', 'email', 'whatsapp', 'address', 'msisdn', 'telefono', 'identifier']
+
+/** The customer a session's arguments name, clipped to 200 characters each; undefined when none. */
+export function customerOf(args: unknown): Customer | undefined {
+  if (!args || typeof args !== 'object') return undefined
+  const a = args as Record<string, unknown>
+  const first = (keys: string[]) => {
+    for (const k of keys) {
+      const v = a[k]
+      if ((typeof v === 'string' && v.trim()) || typeof v === 'number') return String(v).trim().slice(0, 200)
+    }
+    return undefined
+  }
+  const name = first(NAME_KEYS)
+  const address = first(ADDRESS_KEYS)
+  if (name === undefined && address === undefined) return undefined
+  return { ...(name !== undefined ? { name } : {}), ...(address !== undefined ? { address } : {}) }
 }
 
 export type SessionPhase = 'awaiting_user' | 'awaiting_assistant' | 'awaiting_tool' | 'paused' | 'closed'
@@ -189,6 +218,7 @@ function listed(r: SessionRecordDoc, now: number, noReplyMs: number): ListedSess
     lastMessage: r.last_message ?? null,
     awaitingReplySince: waiting,
     attention,
+    customer: r.customer ?? null,
   }
 }
 

@@ -15,6 +15,7 @@ import type { StreamRoute } from '../platform/http.js'
 import type { Clock } from '../platform/clock.js'
 import type { ChangeCursor, SessionDirectory } from './session-directory.js'
 import type { SessionRecordDoc } from '../reports/index.js'
+import type { Presence } from './session-watch.js'
 import { userIdOf } from './routes/common.js'
 import { SESSIONS_PATH } from './routes/supervision.js'
 
@@ -29,7 +30,7 @@ export interface FeedOptions {
 
 export const FEED_DEFAULTS: FeedOptions = { pollMs: 250, lagMs: 2000, heartbeatMs: 15_000, batch: 1000 }
 
-export function feedRoute(directory: SessionDirectory, clock: Clock, overload = OverloadGuard.off(), options: FeedOptions = FEED_DEFAULTS): StreamRoute {
+export function feedRoute(directory: SessionDirectory, clock: Clock, overload = OverloadGuard.off(), options: FeedOptions = FEED_DEFAULTS, presence?: Presence): StreamRoute {
   const heartbeats = new HeartbeatWheel(options.heartbeatMs, eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 }))
   return {
     kind: 'stream',
@@ -38,7 +39,7 @@ export function feedRoute(directory: SessionDirectory, clock: Clock, overload = 
     role: 'admin',
     tag: 'Session administration',
     summary:
-      "Live feed of the account's sessions over SSE: session.created, session.changed (state, transfer, counts), session.closed; resumable with Last-Event-ID (the Unix ms id of the last event)",
+      "Live feed of the account's sessions over SSE: session.created, session.changed (state, transfer, counts), session.closed, session.presence (who watches a session, as it changes on this gateway); resumable with Last-Event-ID (the Unix ms id of the last event)",
     requiredHeaders: ['UserId'],
     responses: {
       '200': { description: 'text/event-stream of supervision.feed.event', schema: 'supervision.feed.event' },
@@ -117,6 +118,12 @@ export function feedRoute(directory: SessionDirectory, clock: Clock, overload = 
       timer = setInterval(() => void tick(), options.pollMs)
       timer.unref()
       sink.onClose(() => clearInterval(timer))
+      // Presence is no record change: it comes from this gateway's watch streams as they open and
+      // close, pushed at once (the listing's `watchers` is where a feed starts from).
+      const unpresence = presence?.onChange(change => {
+        if (change.accountId === accountId && !stream.closed) stream.send(position, eventBody('session.presence', { kind: 'presence', sessionId: change.sessionId, watchers: change.watchers }))
+      })
+      if (unpresence) sink.onClose(unpresence)
       void tick()
     },
   }

@@ -290,6 +290,27 @@ export class SessionStore {
     await this.journal.drop(sessionId)
   }
 
+  /** An account's live sessions after `after` in id order, with their checkpoint text (an erasure reads what they hold). */
+  async liveOfAccount(accountId: string, after: string | null, limit: number): Promise<{ sessionId: string; checkpoint: string | null }[]> {
+    const docs = await this.sessions.find(
+      { accountId, state: LIVE, ...(after === null ? {} : { _id: { $gt: after } }) },
+      { sort: { _id: 1 }, limit, projection: { snapshot: 1 } },
+    )
+    return docs.map(d => ({ sessionId: d._id, checkpoint: d.snapshot }))
+  }
+
+  /** The journal's control record and its entries with seq > after (at most `limit` entries), as stored. */
+  async journalPage(sessionId: string, after: number, limit: number): Promise<unknown[]> {
+    const [control, records] = await Promise.all([after === 0 ? this.journal.get(sessionId, CONTROL) : undefined, this.journal.read(sessionId, after, limit)])
+    return [...(control === undefined ? [] : [control]), ...records.map(r => r.value)]
+  }
+
+  /** An account's session as stored: live, destroyed (a tombstone) or absent. */
+  async stateOf(sessionId: string, accountId: string): Promise<'live' | 'destroyed' | null> {
+    const doc = await this.sessions.findOne({ _id: sessionId, accountId }, { projection: { state: 1 } })
+    return doc ? (doc.state === 'destroyed' ? 'destroyed' : 'live') : null
+  }
+
   /** Live sessions whose idle deadline is before `now`, the oldest deadlines first. */
   async expired(now: number, limit: number): Promise<ExpiredSession[]> {
     const docs = await this.sessions.find(

@@ -12,22 +12,44 @@ import type { SessionTransport } from './transport.js'
 import { userIdOf, uuidParam } from './routes/common.js'
 import { ADMIN_BASE } from './routes/admin.js'
 
+/** Who watches a session now, told when that set changes (not when a second tab of the same UserId opens). */
+export interface PresenceChange {
+  accountId: string
+  sessionId: string
+  watchers: string[]
+}
+
 export class Presence {
   private readonly watchers = new Map<string, Map<string, number>>()
+  private readonly listeners = new Set<(change: PresenceChange) => void>()
 
-  enter(sessionId: string, userId: string) {
+  enter(sessionId: string, userId: string, accountId = '') {
     const users = this.watchers.get(sessionId) ?? new Map<string, number>()
-    users.set(userId, (users.get(userId) ?? 0) + 1)
+    const n = users.get(userId) ?? 0
+    users.set(userId, n + 1)
     this.watchers.set(sessionId, users)
+    if (n === 0) this.changed(accountId, sessionId)
   }
 
-  leave(sessionId: string, userId: string) {
+  leave(sessionId: string, userId: string, accountId = '') {
     const users = this.watchers.get(sessionId)
     if (!users) return
     const n = (users.get(userId) ?? 1) - 1
     if (n > 0) users.set(userId, n)
     else users.delete(userId)
     if (!users.size) this.watchers.delete(sessionId)
+    if (n <= 0) this.changed(accountId, sessionId)
+  }
+
+  /** Calls `listener` on every change of a session's watchers; returns the unsubscribe. */
+  onChange(listener: (change: PresenceChange) => void): () => void {
+    this.listeners.add(listener)
+    return () => this.listeners.delete(listener)
+  }
+
+  private changed(accountId: string, sessionId: string) {
+    const change = { accountId, sessionId, watchers: this.of(sessionId) }
+    for (const listener of this.listeners) listener(change)
   }
 
   of(sessionId: string): string[] {
@@ -44,7 +66,7 @@ export function watchRoute(transport: SessionTransport, presence: Presence, over
     role: 'admin',
     tag: 'Session administration',
     summary:
-      "Supervisor watch stream (SSE): the session's history entries as they are written (first event watch.ready; then event history, id = seq; resumable with Last-Event-ID) and its live channel events (event channel); not a channel consumer. Watchers are listed as presence",
+      "Supervisor watch stream (SSE): the session's history entries as they are written (first event watch.ready with the watchers; then event history, id = seq; resumable with Last-Event-ID), its live channel events (event channel) and who watches it as that changes (event presence); not a channel consumer. Watchers are listed as presence",
     requiredHeaders: ['UserId'],
     responses: {
       '200': { description: 'text/event-stream', schema: 'supervision.watch.stream' },
@@ -77,9 +99,13 @@ export function watchRoute(transport: SessionTransport, presence: Presence, over
       place.opened = true
       sink.onClose(() => place.release())
       const stream = new SseStream(sink, { heartbeats, currentId: () => after, onDropped: () => stream.end() })
-      presence.enter(target.sessionId, userId)
+      // Presence events: who else watches, sent as it changes (this watcher included).
+      const unpresence = presence.onChange(change => {
+        if (change.sessionId === target.sessionId && change.accountId === target.accountId) stream.send(after, eventBody('presence', { watchers: change.watchers }))
+      })
+      presence.enter(target.sessionId, userId, target.accountId)
       // A first frame at once: a client sees the stream open even when nothing is new yet.
-      stream.send(after, eventBody('watch.ready', { sessionId: target.sessionId, after }))
+      stream.send(after, eventBody('watch.ready', { sessionId: target.sessionId, after, watchers: presence.of(target.sessionId) }))
       const emit = (entries: { seq: number }[]) => {
         for (const e of entries) {
           if (e.seq <= after) continue
@@ -115,7 +141,8 @@ export function watchRoute(transport: SessionTransport, presence: Presence, over
       sink.onClose(() => {
         clearInterval(timer)
         subscription?.unsubscribe()
-        presence.leave(target.sessionId, userId)
+        unpresence()
+        presence.leave(target.sessionId, userId, target.accountId)
       })
     },
   }

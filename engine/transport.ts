@@ -4,7 +4,7 @@
 // routes or the machine:
 //   create  -> request/reply on `sb.engine.create` (an engine node picks it, owns the actor)
 //   command -> request/reply on `sb.session.<id>.cmd` (the owning node answers; a node that does
-//              not host the session restores it from its persisted snapshot first)
+//              not host the session restores it from its checkpoint and journal first)
 //   events  -> `sb.session.<id>.events` published by the owner, each with its seq (the SSE id);
 //              subscribe() is a plain subscription, opened before create() sends so no early
 //              event is missed; replay() reads the session's event log (engine/event-log.ts).

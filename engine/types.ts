@@ -1,6 +1,6 @@
 // Plain-data shapes shared by the session machine, the host, the transport and the routes.
-// Everything here is JSON-serialisable: it crosses the session transport (in-process today,
-// NATS later) and is persisted in snapshots.
+// Everything here is JSON-serialisable: it crosses the session transport (in process or over
+// NATS) and is persisted in the session's journal and checkpoints.
 
 export type Author = 'system' | 'assistant' | 'user' | 'agent'
 export const AUTHORS: readonly Author[] = ['system', 'assistant', 'user', 'agent']

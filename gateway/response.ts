@@ -79,8 +79,8 @@ class ResponseStream implements StreamSink {
   /**
    * Status and headers not written yet. They go out with the first frame, in the same send: uWS
    * ends a chunked head (Transfer-Encoding, the blank line) only with the first bytes of body,
-   * so a head sent alone before it was one more syscall per stream that the client could not
-   * parse anyway (every stream's first frame follows at once: `Initialized`, an attach notice).
+   * so a head sent alone before it would be one more syscall per stream that the client could
+   * not parse anyway (every stream's first frame follows at once: `Initialized`, an attach notice).
    */
   private head: Record<string, string> | null
 

@@ -8,7 +8,7 @@ export function eventBody(event: string, data: unknown): string {
   // JSON.stringify escapes newlines, so one `data:` line always carries the whole payload.
   // join() builds one flat string; `+` or a template would keep a rope of four concatenation
   // nodes and the payload's own string. Bodies live on in the session's replay ring, where
-  // those five objects per event were most of what the collector had to copy and mark.
+  // five objects per event would be most of what the collector has to copy and mark.
   return ['event: ', event, '\ndata: ', serializeEventData(data), '\n\n'].join('')
 }
 

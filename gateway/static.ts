@@ -2,6 +2,8 @@
 // the same origin as the API. Read once into memory at start (a few small files); every answer
 // carries a strict Content-Security-Policy (no inline script, nothing from another origin) and
 // nosniff. An unbuilt console answers 503 saying how to build it, and never ends the process.
+// The build writes brotli and gzip copies beside each text file (console/vite.config.mjs): they
+// are sent as the browser's Accept-Encoding allows, so nothing is compressed per request.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { extname, join, relative, sep } from 'node:path'
 import type { TemplatedApp } from './uws.js'
@@ -31,6 +33,22 @@ interface Asset {
   body: Buffer
   type: string
   immutable: boolean
+  /** Precompressed copies (file.br, file.gz) when the build wrote them. */
+  br?: Buffer
+  gzip?: Buffer
+}
+
+/** Whether Accept-Encoding allows a coding (listed without q=0, or `*`). */
+export function accepts(header: string, coding: string): boolean {
+  let star = false
+  for (const part of header.toLowerCase().split(',')) {
+    const [name, ...params] = part.trim().split(';')
+    const q = params.map(p => p.trim()).find(p => p.startsWith('q='))
+    const allowed = q === undefined || Number(q.slice(2)) > 0
+    if (name === coding) return allowed
+    if (name === '*') star = allowed
+  }
+  return star
 }
 
 function load(dir: string): Map<string, Asset> {
@@ -40,10 +58,13 @@ function load(dir: string): Map<string, Asset> {
     for (const name of readdirSync(d)) {
       const full = join(d, name)
       if (statSync(full).isDirectory()) walk(full)
-      else {
+      else if (!name.endsWith('.br') && !name.endsWith('.gz')) {
         const path = relative(dir, full).split(sep).join('/')
         // Hashed bundle names (assets/index-abc123.js) never change content: cache them for good.
-        files.set(path, { body: readFileSync(full), type: TYPES[extname(name)] ?? 'application/octet-stream', immutable: path.startsWith('assets/') })
+        const asset: Asset = { body: readFileSync(full), type: TYPES[extname(name)] ?? 'application/octet-stream', immutable: path.startsWith('assets/') }
+        if (existsSync(`${full}.br`)) asset.br = readFileSync(`${full}.br`)
+        if (existsSync(`${full}.gz`)) asset.gzip = readFileSync(`${full}.gz`)
+        files.set(path, asset)
       }
     }
   }
@@ -70,10 +91,24 @@ export function mountConsole(app: TemplatedApp, dir: string, prefix = '/console'
       reply.send(404, 'Not found', { 'Content-Type': 'text/plain; charset=utf-8', ...SECURITY })
       return
     }
-    reply.send(200, served.body, {
+    const headers: Record<string, string> = {
       'Content-Type': served.type,
       'Cache-Control': served.immutable ? 'public, max-age=31536000, immutable' : 'no-cache',
       ...SECURITY,
-    })
+    }
+    let body = served.body
+    if (served.br || served.gzip) {
+      // The answer depends on Accept-Encoding: caches must key on it.
+      headers.Vary = 'Accept-Encoding'
+      const acceptEncoding = req.getHeader('accept-encoding')
+      if (served.br && accepts(acceptEncoding, 'br')) {
+        body = served.br
+        headers['Content-Encoding'] = 'br'
+      } else if (served.gzip && accepts(acceptEncoding, 'gzip')) {
+        body = served.gzip
+        headers['Content-Encoding'] = 'gzip'
+      }
+    }
+    reply.send(200, body, headers)
   })
 }

@@ -7,9 +7,9 @@ export type ProcessRole = 'all' | 'gateway' | 'engine' | 'worker'
 
 /**
  * The session write thread takes work off the loop but costs CPU of its own (messages between
- * the threads, a second heap): measured on 2 cores shared with the load generator, the loop was
- * 7-13 points less busy, CPU per message 11-15 % higher and the reply p99 no better (README,
- * "Session writes in a thread"). It pays where a core is free for it.
+ * the threads, a second heap): on a machine with no core to spare the loop is less busy, but the
+ * process spends more CPU per message and the reply tail is no better. It pays where a core is
+ * free for it (docs/storage.md, "Writes off the event loop").
  */
 const WRITE_THREAD_MIN_CORES = 4
 
@@ -42,7 +42,7 @@ export interface Config {
   apiKeys: string
   maxBodyBytes: number
   maxUploadBytes: number
-  /** The public edge's own limits and hygiene (README "Edge limits and hygiene"). */
+  /** The public edge's own limits and hygiene (docs/operations.md, "Edge limits and hygiene"). */
   edge: {
     /** JSON bodies nesting objects/arrays deeper than this answer 400 JSON_TOO_DEEP, before parsing. */
     maxJsonDepth: number
@@ -181,6 +181,23 @@ export interface Config {
     maxSupervisionStreams: number
     maxTurnsInFlight: number
     retryAfterSeconds: number
+  }
+  /**
+   * How long each kind of data is kept, in days after the date it expires by (README
+   * "Retention"); 0 keeps it forever. Enforced by TTL indexes (MongoDB's monitor, the embedded
+   * store's sweep), so a change applies to the data already stored at the next start.
+   */
+  retention: {
+    /** Session records (report rows, last message), after the session started. */
+    sessionRecordsDays: number
+    /** Pre-aggregated report blocks (counts only), after the block's start: never shorter than the records. */
+    reportBlocksDays: number
+    /** Dialing attempts (address, outcome, detail), after the attempt started. */
+    attemptsDays: number
+    /** Batch audit log entries, after they were written. */
+    batchLogsDays: number
+    /** A completed, archived or deleted batch with its contacts and import errors, after it finished. */
+    finishedBatchesDays: number
   }
   crewsFile: string
   reportsFile: string
@@ -372,6 +389,7 @@ export function loadConfig(env: Env = process.env): Config {
       maxTurnsInFlight: int(env, 'ENGINE_MAX_TURNS_IN_FLIGHT', 2000, 0),
       retryAfterSeconds: int(env, 'OVERLOAD_RETRY_AFTER_S', 1, 1),
     },
+    retention: retention(env),
     crewsFile: env.CREWS_FILE || 'config/crews.json',
     reportsFile: env.REPORTS_FILE || 'config/reports.json',
     logLevel: oneOf(env, 'LOG_LEVEL', ['debug', 'info', 'warn', 'error', 'silent'] as const, 'info'),
@@ -390,6 +408,41 @@ function metricsPort(env: Env, apiPort: number): number | null {
   if (value > 65535) throw new ConfigError(`METRICS_PORT must be at most 65535 or "off", got ${value}`)
   if (value !== 0 && value === apiPort) throw new ConfigError('METRICS_PORT must differ from PORT: metrics are not served on the API port')
   return value
+}
+
+/** The longest TTL mongod accepts (expireAfterSeconds is a 32-bit integer): about 68 years. */
+const MAX_RETENTION_DAYS = Math.floor(2_147_483_647 / 86_400)
+
+function retentionDays(env: Env, name: string, fallback: number): number {
+  const days = int(env, name, fallback, 0)
+  if (days > MAX_RETENTION_DAYS) throw new ConfigError(`${name} must be at most ${MAX_RETENTION_DAYS} days (or 0: kept forever), got ${days}`)
+  return days
+}
+
+/**
+ * The defaults: session records 400 days (a month compared with the same month a year before,
+ * transcripts no longer), report blocks three years (counts only, no person in them), attempts
+ * 90 days (disputes and pacing), the batch log a year (audit), finished batches and their
+ * contacts 90 days after they finish.
+ */
+function retention(env: Env): Config['retention'] {
+  const config = {
+    sessionRecordsDays: retentionDays(env, 'SESSION_RECORD_RETENTION_DAYS', 400),
+    reportBlocksDays: retentionDays(env, 'REPORT_BLOCK_RETENTION_DAYS', 1095),
+    attemptsDays: retentionDays(env, 'ATTEMPT_RETENTION_DAYS', 90),
+    batchLogsDays: retentionDays(env, 'BATCH_LOG_RETENTION_DAYS', 365),
+    finishedBatchesDays: retentionDays(env, 'FINISHED_BATCH_RETENTION_DAYS', 90),
+  }
+  // Reports read the records where a range does not fall on the blocks' 15-minute grid, and
+  // sessions-detail counts its pages from the blocks: blocks shorter than the records would
+  // leave ranges that are half answered.
+  const forever = (days: number) => (days === 0 ? Infinity : days)
+  if (forever(config.reportBlocksDays) < forever(config.sessionRecordsDays)) {
+    throw new ConfigError(
+      `REPORT_BLOCK_RETENTION_DAYS (${config.reportBlocksDays || 'forever'}) must be at least SESSION_RECORD_RETENTION_DAYS (${config.sessionRecordsDays || 'forever'}): the blocks aggregate the records`,
+    )
+  }
+  return config
 }
 
 /** DIALER_PROVIDERS: "channel=provider,..." over the defaults (all simulated); checked at start. */

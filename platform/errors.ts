@@ -13,6 +13,7 @@ export const ERROR_KINDS = [
   'unauthenticated',
   'forbidden',
   'not_found',
+  'expired',
   'invalid_state',
   'unsupported',
   'limit_reached',
@@ -61,6 +62,11 @@ export class NotFound extends DomainError {
   readonly kind = 'not_found'
 }
 
+/** What was asked for existed but is no longer kept (past its retention). */
+export class Expired extends DomainError {
+  readonly kind = 'expired'
+}
+
 /** The thing exists but its state does not allow the request (a conflict). */
 export class InvalidState extends DomainError {
   readonly kind = 'invalid_state'
@@ -103,6 +109,7 @@ const CLASSES: Record<ErrorKind, new (code: string, message: string, extra?: Rec
   unauthenticated: Unauthenticated,
   forbidden: Forbidden,
   not_found: NotFound,
+  expired: Expired,
   invalid_state: InvalidState,
   unsupported: Unsupported,
   limit_reached: LimitReached,

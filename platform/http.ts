@@ -114,6 +114,7 @@ export const HTTP_STATUS: Readonly<Record<ErrorKind, number>> = {
   unauthenticated: 401,
   forbidden: 403,
   not_found: 404,
+  expired: 410,
   invalid_state: 409,
   unsupported: 415,
   limit_reached: 429,

@@ -1,8 +1,8 @@
-// Structured JSON logs on stdout. Secrets never reach a log line: any field whose name looks
-// like a credential is replaced before serialisation.
+// Structured JSON logs on stdout, one line each (pino). Secrets never reach a log line: any field
+// whose name looks like a credential is replaced before serialisation, and values are bounded.
+import { pino } from 'pino'
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent'
-const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 99 }
 const SECRET_FIELD = /^(apikey|api_key|authorization|password|secret|token|key)$/i
 
 export interface Logger {
@@ -11,6 +11,8 @@ export interface Logger {
   warn(msg: string, fields?: Record<string, unknown>): void
   error(msg: string, fields?: Record<string, unknown>): void
   child(fields: Record<string, unknown>): Logger
+  /** Writes what is buffered, synchronously (before the process exits). */
+  flush?(): void
 }
 
 const MAX_DEPTH = 6
@@ -39,28 +41,51 @@ export function redact(value: unknown, depth = 0): unknown {
   return out
 }
 
-export function createLogger(
-  level: LogLevel = 'info',
-  base: Record<string, unknown> = {},
-  write: (line: string) => void = line => process.stdout.write(line + '\n'),
-): Logger {
-  const min = ORDER[level]
-  const emit = (lvl: LogLevel, msg: string, fields?: Record<string, unknown>) => {
-    if (ORDER[lvl] < min) return
-    let line: string
-    try {
-      line = JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, ...(redact({ ...base, ...fields }) as object) })
-    } catch {
-      // A getter that throws, or the like: the line still says what happened, without the fields.
-      line = JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, fieldsUnserializable: true })
-    }
-    write(line)
+/**
+ * A logger on pino (the ecosystem's structured logger: level checks that cost nothing when off,
+ * asynchronous writes to stdout so a burst of lines does not hold the event loop). Fields pass
+ * through `redact` first. `write` takes each line instead of stdout (tests read them).
+ */
+export function createLogger(level: LogLevel = 'info', base: Record<string, unknown> = {}, write?: (line: string) => void): Logger {
+  const destination: pino.DestinationStream & { flushSync?: () => void } = write
+    ? { write: (chunk: string) => write(chunk.endsWith('\n') ? chunk.slice(0, -1) : chunk) }
+    : pino.destination({ dest: 1, sync: false })
+  const root = pino(
+    {
+      level,
+      base: null,
+      messageKey: 'msg',
+      timestamp: pino.stdTimeFunctions.isoTime,
+      formatters: { level: label => ({ level: label }) },
+    },
+    destination,
+  )
+  return wrap(Object.keys(base).length ? root.child(safe(base)) : root, () => destination.flushSync?.())
+}
+
+function wrap(logger: pino.Logger, flush: () => void): Logger {
+  const emit = (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: Record<string, unknown>) => {
+    if (!logger.isLevelEnabled(level)) return
+    if (fields === undefined) logger[level](msg)
+    else logger[level](safe(fields), msg)
   }
   return {
     debug: (m, f) => emit('debug', m, f),
     info: (m, f) => emit('info', m, f),
     warn: (m, f) => emit('warn', m, f),
     error: (m, f) => emit('error', m, f),
-    child: fields => createLogger(level, { ...base, ...fields }, write),
+    child: fields => wrap(logger.child(safe(fields)), flush),
+    flush,
+  }
+}
+
+/** The fields as logged: redacted, or a marker when they cannot be read (a getter that throws). */
+function safe(fields: Record<string, unknown>): Record<string, unknown> {
+  try {
+    const out = redact(fields) as Record<string, unknown>
+    JSON.stringify(out)
+    return out
+  } catch {
+    return { fieldsUnserializable: true }
   }
 }

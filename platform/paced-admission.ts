@@ -1,16 +1,16 @@
 // User messages let in at the pace the event loop can serve them. A loop past its busy target
 // (OVERLOAD_LOOP_BUSY_PERCENT) serves every message late if it takes them all, and refusing all
-// of them for a while and then all of them again only moves the queue in bursts (measured: a
-// refuse/admit switch at 2,000 msg/s let in messages whose p99 was 250 ms). So the pace follows
-// the loop, a token bucket per process. Each window, what the loop would serve at the target is
+// of them for a while and then all of them again only moves the queue in bursts: what such a
+// switch lets in still waits behind a full loop. So the pace follows the loop, a token bucket
+// per process. Each window, what the loop would serve at the target is
 // estimated as the rate admitted in it scaled by target / busy; then:
 //   - a window busier than the target: the pace becomes that estimate, never above the last pace;
 //   - a window under the target: the pace grows toward the estimate (at most ×1.5, at least
 //     +10/s, so a pace cut to zero by other work comes back), and it is lifted after ten such
 //     windows in a row that refused nothing.
-// A pace set while the loop was busy with other work (an opening burst) used to be held while the
-// loop sat between the target and 10 points under it, refusing messages the loop could serve
-// (measured: 318/s held through 500 msg/s at 73-85 % busy): it now grows whenever there is room.
+// A pace set while the loop was busy with other work (an opening burst) grows whenever there is
+// room under the target: held until the loop fell well under it, it would refuse messages the
+// loop could serve.
 // The busy share is smoothed over windows: one window of a major collection does not pace.
 // Work that is not messages (a spike of opens, a sweep) lowers the pace too, down to zero.
 export const PACE_WINDOW_MS = 100

@@ -1,5 +1,5 @@
-// The process-level policy for what escapes every other boundary (README "Edge limits and
-// hygiene", docs/deploy.md). The gateway already turns every request's failure into an answer,
+// The process-level policy for what escapes every other boundary (docs/operations.md,
+// "Process-level policy"). The gateway already turns every request's failure into an answer,
 // so what reaches here is a bug outside any request: a timer, an event emitter, a forgotten
 // promise. One such error must not stop every session, stream and load of the process, but a
 // process that keeps throwing has state nobody can vouch for, and a restart is safer.

@@ -7,7 +7,7 @@
 // process's limit still answers 503 when the accounts together fill it.
 //
 // A place is taken when a stream is admitted, before it opens (a listen first waits for its
-// session's attach, a watch for the history): counting only open streams let concurrent
+// session's attach, a watch for the history): counting only open streams would let concurrent
 // requests all pass the check before any of them opened.
 import { LimitReached } from './errors.js'
 

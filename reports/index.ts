@@ -10,6 +10,7 @@ import { parseExecuteReportQuery, parseSessionsDetailQuery } from './params.js'
 import { SessionRecorder } from './session-records.js'
 import { sessionsDetail } from './sessions-detail.js'
 import { SlotMigration } from './slot-migration.js'
+import { ReportRetention } from './retention.js'
 
 export { SessionRecorder, type LastMessage, type SessionRecordDoc, type SessionStatus, type TurnCounts, SESSION_RECORDS } from './session-records.js'
 export { loadDefinitions, parseDefinitions, type ReportDefinition, type MetricDefinition } from './definitions.js'
@@ -23,6 +24,7 @@ const ERRORS = {
   '400': { description: 'A bad parameter: {code: INVALID_PARAMETER, message, parameter, details}', schema: 'reports.error' },
   '401': { description: 'Missing or unknown apikey' },
   '403': { description: 'The key lacks the reports role' },
+  '410': { description: 'The range reaches back past what is kept: {code: DATA_EXPIRED, message, parameter, retainedFrom, details} (README "Retention")', schema: 'reports.error' },
 }
 
 export interface ReportsOptions {
@@ -36,6 +38,7 @@ export function createReports(platform: Platform, options: ReportsOptions = {}):
   const recorder = new SessionRecorder(platform.store)
   const { records } = recorder
   const migration = new SlotMigration(recorder, platform.logger)
+  const retention = new ReportRetention(platform.store, platform.clock, platform.logger, platform.config.retention)
   const sources = { records, counts: recorder.counts, stats: recorder.stats, slotsReady: () => migration.ready() }
 
   const visible = (id: string, accountId: string) => {
@@ -55,6 +58,7 @@ export function createReports(platform: Platform, options: ReportsOptions = {}):
       responses: { '200': { description: 'A page of session rows', schema: 'reports.sessionsDetail.page' }, ...ERRORS },
       async handle(ctx) {
         const q = parseSessionsDetailQuery(ctx.query)
+        retention.checkRecords(q.startTs)
         return { status: 200, body: await sessionsDetail(sources, platform.clock, ctx.principal.accountId, q) }
       },
     },
@@ -74,6 +78,7 @@ export function createReports(platform: Platform, options: ReportsOptions = {}):
         const report = visible(ctx.params.reportId ?? '', ctx.principal.accountId)
         if (!report) throw new NotFound('REPORT_NOT_FOUND', `Report "${ctx.params.reportId}" not found`, { reportId: ctx.params.reportId })
         const q = parseExecuteReportQuery(ctx.query)
+        retention.checkReport(q.startTs, q.endTs, migration.ready())
         return { status: 200, body: await executeReport(sources, report, ctx.principal.accountId, q) }
       },
     },
@@ -98,8 +103,12 @@ export function createReports(platform: Platform, options: ReportsOptions = {}):
     routes,
     start: async () => {
       await recorder.ensureIndexes()
+      await retention.start()
       await migration.start()
     },
-    stop: () => migration.stop(),
+    stop: async () => {
+      await migration.stop()
+      await retention.stop()
+    },
   }
 }

@@ -37,12 +37,16 @@ export interface SessionRecordDoc {
   last_assistant_at?: number
   /** The last message, clipped (the supervisors' listing). */
   last_message?: LastMessage
+  /** Who the session is with, from its arguments (the supervisors' listing and search); absent when they name nobody. */
+  customer?: { name?: string; address?: string }
   /** Raised attention flags by reason (engine/attention.ts decides them; this module stores them). */
   attention?: Record<string, { since?: number; detail?: string; ack_by?: string; ack_at?: number }>
   /** The 15-minute UTC quarter of start_time; present once the record is in the block counts. */
   slot?: number
   /** false while live; true once its final values are in the block stats (absent: written before them). */
   slotted?: boolean
+  /** start_time as a Date: what its retention's TTL index reads (reports/retention.ts). */
+  started_at?: Date
 }
 
 export interface LastMessage {

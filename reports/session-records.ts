@@ -53,7 +53,7 @@ export class SessionRecorder {
   }
 
   /** Idempotent: a session restored on another node may open again without a second record. */
-  async opened(r: { accountId: string; crewId: string; sessionId: string; agentId: string; startTime: number }) {
+  async opened(r: { accountId: string; crewId: string; sessionId: string; agentId: string; startTime: number; customer?: { name?: string; address?: string } }) {
     const result = await this.records.updateOne(
       { _id: r.sessionId },
       {
@@ -76,6 +76,8 @@ export class SessionRecorder {
           log_position: 0,
           slot: quarterOf(r.startTime),
           slotted: false,
+          ...(r.customer ? { customer: r.customer } : {}),
+          started_at: new Date(r.startTime),
         },
         $set: { updated_at: this.clock.now() },
       },
@@ -173,7 +175,7 @@ export class SessionRecorder {
    * already stored is left alone and not counted. Returns how many were inserted.
    */
   async insert(records: SessionRecordDoc[]): Promise<number> {
-    const docs = records.map(r => ({ ...r, slot: quarterOf(r.start_time), slotted: r.end_time != null }))
+    const docs = records.map(r => ({ ...r, slot: quarterOf(r.start_time), slotted: r.end_time != null, started_at: new Date(r.start_time) }))
     const result = await this.records.insertMany(docs, { ordered: false })
     const rejected = new Set(result.duplicateKeyIndexes)
     const updates = new SlotUpdates()

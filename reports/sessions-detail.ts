@@ -9,7 +9,7 @@
 // N * pageSize: the blocks' counts say which quarter holds that row (descending from a block to
 // its four sub-blocks) and how many rows of the quarter come before it, so the page is one index
 // seek from that quarter, skipping fewer rows than one quarter holds. While older records are
-// still being added to the blocks (migration at start), pages are read as before: count and skip.
+// still being added to the blocks (migration at start), pages are read by count and skip.
 //
 // Stability while sessions arrive: a walk is pinned to a snapshot bound `asOf` (the first page's
 // query time, returned in pagination.asOf): only sessions with start_time <= asOf belong to it.

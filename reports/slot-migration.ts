@@ -1,8 +1,8 @@
 // Records written before the pre-aggregated blocks existed (slots.ts) are added to them once, at
 // start, in bounded slices (500 records, in _id order, one after the other, yielding between
-// slices). Until the whole collection has been through it, reports read the records as they
-// always did, so results stay exact during the migration; the migration is marked done in the
-// store, so later starts skip it. Each record is claimed by a conditional update before it is
+// slices). Until the whole collection has been through it, reports read the records alone, so
+// results stay exact during the migration; the migration is marked done in the store, so later
+// starts skip it. Each record is claimed by a conditional update before it is
 // added, so nodes migrating at once, or a session closing meanwhile, never add it twice.
 import type { Logger } from '../platform/logger.js'
 import type { SessionRecorder } from './session-records.js'

@@ -33,7 +33,7 @@ import type { SessionRecordDoc } from './record-types.js'
 
 export const SLOT_COUNTS = 'report_slot_counts'
 export const SLOT_STATS = 'report_slot_stats'
-/** Every opener of SLOT_STATS passes these: its documents hold numbers and strings only. */
+/** Every opener of SLOT_STATS passes these: its documents hold numbers and strings only, and the top-level Date slot_at. */
 export const SLOT_STATS_OPTIONS = { json: true }
 
 export const QUARTER = 15 * 60_000
@@ -74,6 +74,8 @@ export interface SlotCountDoc {
   crew_id: string
   level: number
   slot: number
+  /** slot as a Date (its retention's TTL field; absent on blocks older than it until they are dated). */
+  slot_at?: Date
   sessions: number
 }
 
@@ -92,6 +94,7 @@ export interface SlotStatsDoc {
   crew_id: string
   level: number
   slot: number
+  slot_at?: Date
   e: Record<string, SlotCell>
 }
 
@@ -234,7 +237,8 @@ export class SlotUpdates {
   ops(): Record<typeof SLOT_COUNTS | typeof SLOT_STATS, BulkOp[]> {
     const out: Record<string, BulkOp[]> = { [SLOT_COUNTS]: [], [SLOT_STATS]: [] }
     for (const u of this.pending.values()) {
-      const update: Record<string, unknown> = { $setOnInsert: u.key, $inc: Object.fromEntries(u.inc) }
+      // slot_at: the block's start as a Date, what its retention's TTL index reads (reports/retention.ts).
+      const update: Record<string, unknown> = { $setOnInsert: { ...u.key, slot_at: new Date(u.key.slot) }, $inc: Object.fromEntries(u.inc) }
       if (u.min.size) update.$min = Object.fromEntries(u.min)
       if (u.max.size) update.$max = Object.fromEntries(u.max)
       const _id = blockId(u.key.accountId, u.key.crew_id, u.key)

@@ -59,9 +59,9 @@ export const dialerResponseSchemas = {
   },
   'dialer.operation': {
     type: 'object',
-    required: ['kind', 'operationId', 'batchId', 'status'],
+    required: ['kind', 'operationId', 'status'],
     properties: {
-      kind: { enum: ['contacts.load', 'batch.lifecycle'] },
+      kind: { enum: ['contacts.load', 'batch.lifecycle', 'person.erasure'] },
       operationId: uuid,
       batchId: uuid,
       status: { type: 'string' },
@@ -77,7 +77,32 @@ export const dialerResponseSchemas = {
       errors: { type: 'array', maxItems: 20, items: { type: 'object', required: ['identifier', 'reason'], properties: { identifier: { type: 'string' }, reason: { type: 'string' } } } },
       createdAt: dateTime,
       completedAt: { type: ['string', 'null'] },
+      counts: {
+        type: 'object',
+        description: 'person.erasure: what it removed (blockedAddresses and sessionRecords: kept, without the person)',
+        required: ['contacts', 'attempts', 'blockedAddresses', 'sessions', 'sessionRecords', 'importErrors', 'operationErrors', 'webhookReports', 'idempotencyRecords'],
+        properties: {
+          contacts: count,
+          attempts: count,
+          blockedAddresses: count,
+          sessions: count,
+          sessionRecords: count,
+          importErrors: count,
+          operationErrors: count,
+          webhookReports: count,
+          idempotencyRecords: count,
+        },
+      },
+      error: { type: ['string', 'null'] },
     },
+    // A batch's operations name their batch; an erasure is the account's.
+    if: { properties: { kind: { enum: ['contacts.load', 'batch.lifecycle'] } } },
+    then: { required: ['batchId'] },
+  },
+  'dialer.erasure.accepted': {
+    type: 'object',
+    required: ['operationId', 'operationUrl', 'status'],
+    properties: { operationId: uuid, operationUrl: { type: 'string' }, status: { const: 'queued' } },
   },
   'dialer.batch': {
     type: 'object',
@@ -91,6 +116,7 @@ export const dialerResponseSchemas = {
       duplicateStrategy: { enum: ['skip', 'merge', 'replace'] },
       rules: { type: 'object' },
       totalContacts: count,
+      finishedAt: { type: ['string', 'null'], description: 'When it completed, was archived or deleted: its retention counts from here' },
     },
   },
   'dialer.batch.list': list({ $ref: 'dialer.batch' }),
@@ -114,7 +140,18 @@ export const dialerResponseSchemas = {
     properties: { attemptId: uuid, outcome: { type: 'string' }, detail: { type: ['string', 'null'] }, status: { const: 'accepted' } },
   },
   'dialer.import-errors': list({ type: 'object', required: ['row', 'field', 'code', 'reason'], properties: { row: { type: 'integer' }, identifier: { type: ['string', 'null'] }, field: { type: 'string' }, code: { type: 'string' }, reason: { type: 'string' } } }),
-  'dialer.blocked.list': list({ type: 'object', required: ['address', 'addressType', 'createdAt'], properties: { address: { type: 'string' }, addressType: { type: 'string' }, reason: { type: ['string', 'null'] }, blockedBy: { type: 'string' }, createdAt: dateTime } }),
+  'dialer.blocked.list': list({
+    type: 'object',
+    required: ['address', 'addressType', 'createdAt'],
+    properties: {
+      address: { type: 'string', description: 'The address; erased:<digest> once its person was erased (the block still applies to it)' },
+      addressType: { type: 'string' },
+      reason: { type: ['string', 'null'] },
+      blockedBy: { type: 'string' },
+      createdAt: dateTime,
+      erasedAt: { ...dateTime, description: 'When its person was erased' },
+    },
+  }),
   'dialer.blocked.result': { type: 'object', required: ['blocked', 'skipped'], properties: { blocked: count, skipped: count } },
   'dialer.unblocked.result': { type: 'object', required: ['unblocked'], properties: { unblocked: count } },
   'dialer.batch.logs': {

@@ -130,6 +130,15 @@ export const columnMapping = {
 /** An e-mail address is at most 254 characters (RFC 5321); a phone number 15 digits. */
 const blockedAddress = { ...nonEmptyString, maxLength: 254 } as const
 
+/** One address of the person to erase: as a contact's, without a priority. */
+const erasureAddress = {
+  type: 'object',
+  required: ['address', 'type'],
+  additionalProperties: false,
+  properties: { address: address.properties.address, type: address.properties.type },
+  allOf: address.allOf,
+} as const
+
 export const dialerSchemas = {
   'dialer.contact': contact,
   'dialer.contacts.insert': {
@@ -194,6 +203,17 @@ export const dialerSchemas = {
       addressType: { type: 'string', enum: ADDRESS_TYPES },
       reason: { type: 'string', maxLength: 500 },
     },
+  },
+  'dialer.erasure.create': {
+    type: 'object',
+    additionalProperties: false,
+    description: 'The person to erase from the account: their addresses, their contact identifiers, or both',
+    properties: {
+      addresses: { type: 'array', minItems: 1, maxItems: 20, items: erasureAddress },
+      identifiers: { type: 'array', minItems: 1, maxItems: 20, items: { type: 'string', minLength: 1, maxLength: 255, 'x-code': 'INVALID_IDENTIFIER' } },
+    },
+    anyOf: [{ required: ['addresses'] }, { required: ['identifiers'] }],
+    example: { addresses: [{ address: '34600111222', type: 'phone' }, { address: 'ana@example.com', type: 'email' }], identifiers: ['crm-4711'] },
   },
   'dialer.blocked-addresses.unblock': {
     type: 'object',

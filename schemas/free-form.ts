@@ -45,7 +45,7 @@ export function exceeds(value: unknown, bounds: FreeFormBounds): string | undefi
   return undefined
 }
 
-/** A free-form JSON object with its whole tree bounded (see `x-bounds` in the README limits). */
+/** A free-form JSON object with its whole tree bounded (`x-bounds`; docs/api.md, "Bounded input"). */
 export function freeFormObject(bounds: FreeFormBounds, extra: Record<string, unknown> = {}) {
   return { type: 'object', 'x-bounds': bounds, ...extra } as const
 }

@@ -102,6 +102,7 @@ export const reportsSchemas = {
       code: { type: 'string' },
       message: { type: 'string' },
       parameter: { type: 'string', description: 'The first bad query parameter' },
+      retainedFrom: { type: 'integer', description: 'DATA_EXPIRED: the first instant (Unix ms) still kept for this parameter' },
       details: {
         type: 'array',
         items: {

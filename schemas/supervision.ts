@@ -1,4 +1,4 @@
-// Supervisor APIs the operator console stands on (issue 13): the account's session listing.
+// Supervisor APIs the operator console stands on: the account's session listing.
 const SESSION_STATES = ['active', 'paused', 'completed', 'abandoned', 'transferred_to_human', 'error']
 const LISTING_STATES = ['live', 'active', 'paused', 'closed', 'completed', 'abandoned', 'transferred_to_human', 'error']
 const id = { type: 'string', minLength: 1, maxLength: 128 }
@@ -47,6 +47,11 @@ export const supervisionSchemas = {
       },
       awaitingReplySince: { type: ['integer', 'null'], description: 'Unix ms of the user message still without an assistant reply' },
       attention: { type: 'array', items: { $ref: 'supervision.attention.flag' }, description: 'Why the session needs a human now; empty when it does not' },
+      customer: {
+        type: ['object', 'null'],
+        description: "Who the session is with, from its arguments: the first of name, customerName, customer_name, fullName, full_name, nombre, and of phone, email, whatsapp, address, msisdn, telefono, identifier (200 characters each); null when they name nobody",
+        properties: { name: { type: 'string' }, address: { type: 'string' } },
+      },
     },
   },
   'supervision.attention.flag': {
@@ -76,12 +81,14 @@ export const supervisionSchemas = {
   },
   'supervision.feed.event': {
     type: 'object',
-    required: ['kind', 'session'],
+    required: ['kind'],
     description:
-      'text/event-stream; event: session.created | session.changed | session.closed, id: Unix ms of the change (send it back as Last-Event-ID), data: this object. A resumed feed may repeat the changes of its last seconds: apply them by sessionId.',
+      'text/event-stream; event: session.created | session.changed | session.closed, id: Unix ms of the change (send it back as Last-Event-ID), data: this object. A resumed feed may repeat the changes of its last seconds: apply them by sessionId. Event session.presence ({kind: presence, sessionId, watchers}) tells who watches a session whenever that changes on this gateway; it is not replayed on resume (the listing has `watchers`).',
     properties: {
-      kind: { type: 'string', enum: ['created', 'changed', 'closed'] },
+      kind: { type: 'string', enum: ['created', 'changed', 'closed', 'presence'] },
       session: { $ref: 'supervision.session' },
+      sessionId: { type: 'string', description: 'session.presence only' },
+      watchers: { type: 'array', items: { type: 'string' }, description: 'session.presence only: the UserIds watching it now' },
     },
   },
   /** Frames of the supervisor watch stream (x-events: each event name to its data). */
@@ -89,7 +96,8 @@ export const supervisionSchemas = {
     description: 'Server-Sent Events: watch.ready first, then history entries (id = their seq) and the live channel events',
     type: 'string',
     'x-events': {
-      'watch.ready': { type: 'object', required: ['sessionId', 'after'], properties: { sessionId: { type: 'string' }, after: { type: 'integer' } } },
+      'watch.ready': { type: 'object', required: ['sessionId', 'after'], properties: { sessionId: { type: 'string' }, after: { type: 'integer' }, watchers: { type: 'array', items: { type: 'string' } } } },
+      presence: { type: 'object', required: ['watchers'], properties: { watchers: { type: 'array', items: { type: 'string' }, description: 'UserIds watching the session now, sent when that changes' } } },
       history: { type: 'object', required: ['seq', 'at', 'type'], properties: { seq: { type: 'integer' }, at: { type: 'string' }, type: { type: 'string' }, userId: { type: 'string' } } },
       channel: { type: 'object', description: 'A channel event as a listener sees it (kind, name, data)' },
       'session.gone': { type: 'object' },

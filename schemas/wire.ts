@@ -9,6 +9,7 @@
 // validated where it entered the service.
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js'
 import type { JsonSchema } from './validator.js'
+import { ERROR_KINDS } from '../platform/errors.js'
 
 export const WIRE_VERSIONS = [1, 2] as const
 export type WireVersion = (typeof WIRE_VERSIONS)[number]
@@ -60,7 +61,6 @@ const createRequest = closed(
   ['sessionId', 'consumerId', 'accountId', 'crewId', 'arguments'],
 )
 
-const ERROR_KINDS = ['invalid', 'unauthenticated', 'forbidden', 'not_found', 'invalid_state', 'unsupported', 'limit_reached', 'unavailable', 'timed_out', 'internal']
 
 /** Each message's schema at version 1 (v absent); version 2 is the same with `v: 2` unless given. */
 const V1: Record<string, JsonSchema> = {

@@ -25,7 +25,10 @@
 // Env: INGEST_REQUESTS (100 embedded; 30 on the test server), INGEST_CONCURRENCY (4),
 // INGEST_MONGO=1, MONGO_URL.
 // Hard stop: 4 minutes from start; a row cut short says so and covers what finished.
+import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
+import { createServer as createNetServer } from 'node:net'
+import { fileURLToPath } from 'node:url'
 import { rmSync } from 'node:fs'
 import { type Database, type Key, open as openLmdb } from 'lmdb'
 import { MongoClient } from 'mongodb'
@@ -97,20 +100,70 @@ interface Row {
   ackLatencyP99Ms: number
 }
 
-async function benchService(store: string, REQUESTS: number, mongoUrl?: string): Promise<Row> {
-  const config = loadConfig({
-    PORT: '0',
-    HOST: '127.0.0.1',
-    API_KEYS: `${KEY}=bench:dialer`,
-    LOG_LEVEL: 'silent',
-    DATA_DIR: `/tmp/switchboard-bench-ingest-${randomUUID()}`,
-    DIALER_MAX_ACTIVE_CONTACTS: '100000000',
-    // INGEST_ENV='K=V,K=V': settings to try (e.g. DIALER_WORKER_CONCURRENCY=8).
-    ...Object.fromEntries((process.env.INGEST_ENV ?? '').split(',').filter(Boolean).map(kv => kv.split('=') as [string, string])),
-    ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}),
-  })
+/** The service's settings for a run (INGEST_ENV='K=V,K=V' adds settings to try, e.g. DIALER_WORKER_CONCURRENCY=8). */
+const serviceEnv = (mongoUrl?: string): Record<string, string> => ({
+  HOST: '127.0.0.1',
+  API_KEYS: `${KEY}=bench:dialer`,
+  LOG_LEVEL: 'silent',
+  DATA_DIR: `/tmp/switchboard-bench-ingest-${randomUUID()}`,
+  DIALER_MAX_ACTIVE_CONTACTS: '100000000',
+  ...Object.fromEntries((process.env.INGEST_ENV ?? '').split(',').filter(Boolean).map(kv => kv.split('=') as [string, string])),
+  ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}),
+})
+
+/** The service in this process (the client shares its event loop and cores). */
+async function inProcess(mongoUrl?: string): Promise<{ base: string; stop(): Promise<void> }> {
+  const config = loadConfig({ ...serviceEnv(mongoUrl), PORT: '0' })
   const service: RunningService = await startService(config, { logger: createLogger('silent') })
-  const base = `http://127.0.0.1:${service.port}`
+  return {
+    base: `http://127.0.0.1:${service.port}`,
+    stop: async () => {
+      await service.close()
+      rmSync(config.dataDir, { recursive: true, force: true })
+    },
+  }
+}
+
+/** The built service (`make run`'s dist/main.js) in a process of its own, as a client meets it. */
+async function ownProcess(): Promise<{ base: string; stop(): Promise<void> }> {
+  const [port, metricsPort] = await freePorts(2)
+  const env = serviceEnv()
+  const child = spawn(process.execPath, [fileURLToPath(new URL('../../dist/main.js', import.meta.url))], {
+    env: { ...process.env, ...env, PORT: String(port), METRICS_PORT: String(metricsPort) },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  })
+  const base = `http://127.0.0.1:${port}`
+  for (let i = 0; ; i++) {
+    if (child.exitCode !== null) throw new Error(`dist/main.js exited (${child.exitCode}): run make build first`)
+    const ok = await fetch(`${base}/healthz`).then(r => r.ok, () => false)
+    if (ok) break
+    if (i > 300) throw new Error('dist/main.js did not become healthy')
+    await sleep(100)
+  }
+  return {
+    base,
+    stop: async () => {
+      child.kill('SIGTERM')
+      await new Promise(resolve => child.once('exit', resolve))
+      rmSync(env.DATA_DIR!, { recursive: true, force: true })
+    },
+  }
+}
+
+/** Free TCP ports on loopback (bound, read, released). */
+async function freePorts(n: number): Promise<number[]> {
+  const servers = await Promise.all(Array.from({ length: n }, () => new Promise<import('node:net').Server>(resolve => {
+    const server = createNetServer()
+    server.listen(0, '127.0.0.1', () => resolve(server))
+  })))
+  const ports = servers.map(s => (s.address() as import('node:net').AddressInfo).port)
+  await Promise.all(servers.map(s => new Promise(resolve => s.close(resolve))))
+  return ports
+}
+
+async function benchService(store: string, REQUESTS: number, mongoUrl?: string, start: () => Promise<{ base: string; stop(): Promise<void> }> = () => inProcess(mongoUrl)): Promise<Row> {
+  const service = await start()
+  const base = service.base
   try {
     const batch = await api(base, 'POST', '/dialer/v1/batches', { name: `ingest ${store}`, channel: 'phone', duplicateStrategy: 'merge' })
     if (batch.status !== 201) throw new Error(`batch creation: ${batch.status} ${JSON.stringify(batch.json)}`)
@@ -174,8 +227,7 @@ async function benchService(store: string, REQUESTS: number, mongoUrl?: string):
       ackLatencyP99Ms: round(quantile(latencies, 0.99)),
     }
   } finally {
-    await service.close()
-    rmSync(config.dataDir, { recursive: true, force: true })
+    await service.stop()
   }
 }
 
@@ -341,6 +393,13 @@ console.log(`store floor with lmdb-js asynchronous puts (written by its write th
 const rows: Row[] = [await benchService('embedded', REQUESTS)]
 const embedded = rows[0]!
 console.log(`embedded service: ${embedded.endToEndContactsPerSecond} contacts/s end to end, ack p50 ${embedded.ackLatencyP50Ms} ms p99 ${embedded.ackLatencyP99Ms} ms`)
+// The same loads against the built service in a process of its own (what a client meets: its
+// loop is not shared with the client). INGEST_OWN_PROCESS=0 leaves it out.
+if (process.env.INGEST_OWN_PROCESS !== '0') {
+  const own = await benchService('embedded, own process (dist/main.js)', REQUESTS, undefined, ownProcess)
+  rows.push(own)
+  console.log(`embedded service, own process: ${own.endToEndContactsPerSecond} contacts/s end to end (acknowledged ${own.ackContactsPerSecond}/s), ack p50 ${own.ackLatencyP50Ms} ms p99 ${own.ackLatencyP99Ms} ms`)
+}
 const ratio = (x: number) => Number(x.toPrecision(2))
 const embeddedRatios = {
   endToEndOverBaseline: ratio(embedded.endToEndContactsPerSecond / baseline.contactsPerSecond),
@@ -368,8 +427,9 @@ const table = [
   '| store | contacts | ack contacts/s | end-to-end contacts/s | ack p50 ms | ack p99 ms | baseline contacts/s | end-to-end / baseline | ack / baseline |',
   '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
   ...rows.map(r => {
-    const [base, e2e, ack] =
-      r.store === 'embedded' ? [`${baseline.contactsPerSecond} (parse+validate+upsert in memory)`, embeddedRatios.endToEndOverBaseline, embeddedRatios.ackOverBaseline] : [`${bare!.contactsPerSecond} (bare insertMany)`, mongoRatios!.endToEndOverBare, mongoRatios!.ackOverBare]
+    const [base, e2e, ack] = r.store.startsWith('embedded')
+      ? [`${baseline.contactsPerSecond} (parse+validate+upsert in memory)`, ratio(r.endToEndContactsPerSecond / baseline.contactsPerSecond), ratio(r.ackContactsPerSecond / baseline.contactsPerSecond)]
+      : [`${bare!.contactsPerSecond} (bare insertMany)`, mongoRatios!.endToEndOverBare, mongoRatios!.ackOverBare]
     return `| ${r.store}${r.complete ? '' : ' (cut short at the hard stop)'} | ${r.contactsSucceeded} | ${r.ackContactsPerSecond} | ${r.endToEndContactsPerSecond} | ${r.ackLatencyP50Ms} | ${r.ackLatencyP99Ms} | ${base} | ${e2e} | ${ack} |`
   }),
 ].join('\n')

@@ -146,7 +146,8 @@ type Run = {
 async function benchStore(label: string, n: number, mongoUrl: string | undefined, bare: (service: RunningService) => Promise<Run & { close(): Promise<void> }>) {
   // A fresh DATA_DIR each run: records left by an earlier run would be skipped as duplicates.
   const dataDir = mkdtempSync(join(tmpdir(), 'sb-bench-reports-'))
-  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', API_KEYS: `${KEY}=acme:reports`, LOG_LEVEL: 'silent', DATA_DIR: dataDir, ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}) })
+  // Retention off: the seeded sessions start on fixed dates that age past any retention.
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', API_KEYS: `${KEY}=acme:reports`, LOG_LEVEL: 'silent', DATA_DIR: dataDir, SESSION_RECORD_RETENTION_DAYS: '0', REPORT_BLOCK_RETENTION_DAYS: '0', ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}) })
   const service: RunningService = await startService(config, { logger: createLogger('silent') })
   const base = `http://127.0.0.1:${service.port}`
   try {

@@ -14,6 +14,8 @@
 //
 //   node --import @tapjs/typescript/import bench/sse/run.ts
 //   BENCH_RUNS=3 BENCH_SESSIONS=1000 BENCH_HOLD=10000 BENCH_RATES=500,1000,2000 BENCH_SECONDS=5 BENCH_TARGETS=switchboard,uws
+//   BENCH_OVERLAP=1  a session takes its next message before its last is answered (several in
+//   flight per session, e.g. BENCH_SESSIONS=90 BENCH_RATES=300: 3.3 messages a second each)
 //   BENCH_SOCKETS=64  keep-alive sockets the PUTs share (64: a PUT waits for a free one, so a slow 201
 //   shows in the reply time as it would for one client multiplexing sessions; the number of sessions:
 //   each session its own client). BENCH_SERVICE_ENV='{"K":"V"}' adds service settings.
@@ -297,10 +299,19 @@ export class Load {
   errors = 0
   private counter = 0
 
+  /**
+   * BENCH_OVERLAP=1: a session takes its next message whether or not the last one was answered
+   * (several in flight, as a user who types on); a message is answered by the reply that quotes it
+   * or a later one of the same session (the scripted reply quotes the message it answers).
+   */
+  private readonly overlap = process.env.BENCH_OVERLAP === '1'
+  private readonly waiting = new Map<Stream, { n: number; at: number }[]>()
+
   constructor(private readonly port: number, private readonly key: string, private readonly streams: Stream[]) {
     for (const s of streams) {
-      s.onFrame = event => {
+      s.onFrame = (event, data) => {
         if (event !== 'assistant.message') return
+        if (this.overlap) return this.answered(s, data)
         const t0 = this.sentAt.get(s)
         if (t0 !== undefined) {
           this.rtts.push(performance.now() - t0)
@@ -311,15 +322,31 @@ export class Load {
     }
   }
 
+  private answered(s: Stream, data: string) {
+    const n = Number(/ping (\d+)/.exec(data)?.[1] ?? -1)
+    const queue = this.waiting.get(s) ?? []
+    const now = performance.now()
+    while (queue.length && queue[0]!.n <= n) this.rtts.push(now - queue.shift()!.at)
+    if (queue.length === 0) {
+      this.waiting.delete(s)
+      this.sentAt.delete(s)
+    }
+  }
+
   get inFlight() {
     return this.sentAt.size
   }
 
   private put(s: Stream) {
-    s.inFlight = true
+    s.inFlight = !this.overlap
     const sent = performance.now()
-    this.sentAt.set(s, sent)
-    const body = `{"message":"ping ${this.counter++}"}`
+    const n = this.counter++
+    if (this.overlap) {
+      if (!this.waiting.has(s)) this.waiting.set(s, [])
+      this.waiting.get(s)!.push({ n, at: sent })
+      if (!this.sentAt.has(s)) this.sentAt.set(s, sent)
+    } else this.sentAt.set(s, sent)
+    const body = `{"message":"ping ${n}"}`
     const req = request(
       {
         host: HOST,
@@ -376,9 +403,10 @@ export class Load {
     })
     const drainUntil = performance.now() + 3000
     while (this.sentAt.size && performance.now() < drainUntil) await new Promise(r => setTimeout(r, 10))
-    const lost = this.sentAt.size
+    const lost = this.overlap ? [...this.waiting.values()].reduce((n, q) => n + q.length, 0) : this.sentAt.size
     for (const s of this.sentAt.keys()) s.inFlight = false
     this.sentAt.clear()
+    this.waiting.clear()
     return { sent, skipped, lost, errors: this.errors, rtts: [...this.rtts].sort((a, b) => a - b), acks: [...this.acks].sort((a, b) => a - b) }
   }
 

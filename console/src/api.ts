@@ -35,25 +35,43 @@ export async function api(auth: Auth, method: string, path: string, body?: unkno
   return { status: res.status, body: parsed }
 }
 
-/** SSE over fetch (EventSource cannot send the apikey header); reconnects with Last-Event-ID. */
-export function sse(auth: Auth, path: string, onEvent: (event: string, data: any) => void): () => void {
+export interface SseOptions {
+  /** The stream answered an error status: return true to stop for good (404: the session is gone). */
+  onRefused?: (status: number) => boolean
+  /** The stream is open (again): e.g. to reload what a reconnect may have missed. */
+  onOpen?: () => void
+}
+
+/**
+ * SSE over fetch (EventSource cannot send the apikey header); reconnects with Last-Event-ID
+ * after a second, unless onRefused says the refusal is final. Returns the stop function.
+ */
+export function sse(auth: Auth, path: string, onEvent: (event: string, data: any) => void, options: SseOptions = {}): () => void {
   let stopped = false
   let lastId: string | undefined
   const controller = new AbortController()
+  const stop = () => {
+    stopped = true
+    controller.abort()
+  }
   const run = async () => {
     while (!stopped) {
       try {
         const headers: Record<string, string> = { apikey: auth.key, UserId: auth.userId, accept: 'text/event-stream' }
         if (lastId) headers['Last-Event-ID'] = lastId
         const res = await fetch(path, { headers, signal: controller.signal })
-        if (!res.ok || !res.body) throw new Error(String(res.status))
+        if (!res.ok || !res.body) {
+          if (options.onRefused?.(res.status)) return stop()
+          throw new Error(String(res.status))
+        }
+        options.onOpen?.()
         const reader = res.body.pipeThrough(new TextDecoderStream()).getReader()
         let buffer = ''
         let event = 'message'
         let data = ''
         for (;;) {
           const { value, done } = await reader.read()
-          if (done) break
+          if (done || stopped) break
           buffer += value
           let i: number
           while ((i = buffer.indexOf('\n')) >= 0) {
@@ -75,12 +93,10 @@ export function sse(auth: Auth, path: string, onEvent: (event: string, data: any
       } catch {
         if (stopped) return
       }
+      if (stopped) return
       await new Promise(r => setTimeout(r, 1000))
     }
   }
   void run()
-  return () => {
-    stopped = true
-    controller.abort()
-  }
+  return stop
 }

@@ -32,12 +32,21 @@ function ProgressBars({ name, p }: { name: string; p?: Progress }) {
   )
 }
 
+/** Which batch statuses each move is accepted from (dialer/batches.ts MOVES): other buttons are off. */
+const ALLOWED: Record<'start' | 'stop' | 'archive' | 'delete', string[]> = {
+  start: ['created', 'stopped', 'completed'],
+  stop: ['running'],
+  archive: ['created', 'stopped', 'completed'],
+  delete: ['created', 'stopped', 'completed', 'archived'],
+}
+
 export function Dialer({ auth }: { auth: Auth }) {
   const [batches, setBatches] = useState<any[]>([])
   const [error, setError] = useState('')
   const [outcome, setOutcome] = useState('')
   const [selected, setSelected] = useState<string>()
   const [refresh, setRefresh] = useState(0)
+  const [pending, setPending] = useState<any>()
   useEffect(() => {
     let cancelled = false
     const load = async () => {
@@ -65,6 +74,16 @@ export function Dialer({ auth }: { auth: Auth }) {
     <section aria-labelledby="dialer-h">
       <h2 id="dialer-h">Dialer batches</h2>
       <p class="outcome" aria-live="polite">{outcome}</p>
+      {pending && (
+        <div class="confirm" role="alertdialog" aria-labelledby="confirm-batch-h" aria-describedby="confirm-batch-d">
+          <h3 id="confirm-batch-h">Delete batch {pending.name}?</h3>
+          <p id="confirm-batch-d">
+            The batch and its {pending.progress ? pending.progress.pending + pending.progress.inProgress + pending.progress.done + pending.progress.cancelled : ''} contacts are deleted: nobody more is dialed from it and it cannot be started again.
+          </p>
+          <button class="danger" autoFocus onClick={() => { const b = pending; setPending(undefined); void lifecycle(b, 'delete') }}>Yes, delete</button>{' '}
+          <button onClick={() => setPending(undefined)}>Cancel</button>
+        </div>
+      )}
       <table class="batches">
         <thead><tr><th>Batch</th><th>Channel</th><th>Status</th><th>Import</th><th>Progress</th><th>Actions</th></tr></thead>
         <tbody>
@@ -77,7 +96,7 @@ export function Dialer({ auth }: { auth: Auth }) {
               <td><ProgressBars name={b.name} p={b.progress} /></td>
               <td class="actions">
                 {(['start', 'stop', 'archive', 'delete'] as const).map(a => (
-                  <button onClick={() => void lifecycle(b, a)} aria-label={`${a} batch ${b.name}`}>{a}</button>
+                  <button disabled={!ALLOWED[a].includes(b.status)} onClick={() => (a === 'delete' ? setPending(b) : void lifecycle(b, a))} aria-label={`${a} batch ${b.name}`}>{a}</button>
                 ))}
               </td>
             </tr>

@@ -13,16 +13,16 @@ const csvField = (value: unknown) => {
 }
 export const toCsv = (rows: Record<string, unknown>[]) => [COLUMNS.join(','), ...rows.map(r => COLUMNS.map(c => csvField(r[c])).join(','))].join('\r\n') + '\r\n'
 
-const time = (ms: number | null) => (ms ? new Date(ms).toISOString().replace('T', ' ').slice(0, 19) : '')
+/** A time in the chosen zone, as the chart shows it: 2026-11-28 12:04:05. */
+export const zoned = (ms: number | null, timeZone: string) =>
+  ms ? new Intl.DateTimeFormat('sv-SE', { timeZone, year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false }).format(ms) : ''
 
-export function SessionsDetail({ auth, crew }: { auth: Auth; crew: string }) {
+export function SessionsDetail({ auth, crew, start, end, timeZone }: { auth: Auth; crew: string; start: number; end: number; timeZone: string }) {
   const [rows, setRows] = useState<any[]>([])
   const [page, setPage] = useState(0)
   const [paging, setPaging] = useState<{ total: number; hasMore: boolean; asOf: number } | null>(null)
   const [error, setError] = useState('')
   const load = async (n: number, asOf?: number) => {
-    const end = Date.now()
-    const start = end - 24 * 3600_000
     const q = `crew_id=${encodeURIComponent(crew)}&start_ts=${start}&end_ts=${end + 1}&page=${n}&pageSize=${PAGE_SIZE}${asOf ? `&asOf=${asOf}` : ''}`
     const res = await api(auth, 'GET', `/engine/v1/api/reports/sessions-detail?${q}`)
     if (res.status !== 200) return setError(`Sessions detail refused (${res.status}): ${res.body?.message ?? ''}`)
@@ -41,7 +41,7 @@ export function SessionsDetail({ auth, crew }: { auth: Auth; crew: string }) {
   }
   return (
     <div class="sessions-detail" aria-label="Sessions detail">
-      <h3>Sessions detail (last 24 hours)</h3>
+      <h3>Sessions detail (the range above, times in {timeZone})</h3>
       <button onClick={() => void load(0)}>Load sessions detail</button>{' '}
       <button onClick={exportCsv} disabled={rows.length === 0}>Export CSV</button>
       {error && <p role="alert">{error}</p>}
@@ -51,7 +51,7 @@ export function SessionsDetail({ auth, crew }: { auth: Auth; crew: string }) {
         <tbody>
           {rows.map(r => (
             <tr data-row={r.session_id}>
-              {COLUMNS.map(c => <td>{c === 'start_time' || c === 'end_time' ? time(r[c]) : String(r[c] ?? '')}</td>)}
+              {COLUMNS.map(c => <td>{c === 'start_time' || c === 'end_time' ? zoned(r[c], timeZone) : String(r[c] ?? '')}</td>)}
             </tr>
           ))}
         </tbody>

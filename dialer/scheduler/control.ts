@@ -9,7 +9,8 @@ import { ActiveContacts } from '../active-contacts.js'
 import type { BatchDoc } from '../batches.js'
 import { contactView } from '../contacts.js'
 import type { Attempts } from '../attempts.js'
-import { type BatchRules, blockKey, dialability } from '../rules.js'
+import { blockLookup } from '../blocked-addresses.js'
+import { type BatchRules, dialability } from '../rules.js'
 
 const SCHEDULE_HORIZON_MS = 30 * 24 * 60 * 60 * 1000
 
@@ -48,12 +49,12 @@ export class ContactControl {
   }
 
   private async describe(batch: BatchDoc, doc: ContactDoc) {
-    const addresses = doc.addresses.map(a => (a.type === 'email' ? a.address.trim().toLowerCase() : a.address.trim()))
+    const lookup = blockLookup(batch.accountId, doc.addresses)
     const [blockedDocs, attempts] = await Promise.all([
-      this.blocked.find({ accountId: batch.accountId, address: { $in: addresses } }),
+      this.blocked.find({ accountId: batch.accountId, address: { $in: lookup.values } }),
       this.attempts.forContact(doc._id),
     ])
-    const blocked = new Set(blockedDocs.map(b => blockKey(b.addressType, b.address)))
+    const blocked = new Set(blockedDocs.map(lookup.keyOf))
     const verdict = dialability({ rules: (batch.rules ?? {}) as BatchRules, batchStatus: batch.status, contact: doc, now: this.platform.clock.now(), blocked })
     return {
       ...contactView(doc),

@@ -33,7 +33,8 @@ import type { BatchLog } from '../batch-log.js'
 import type { Attempts } from '../attempts.js'
 import type { ProviderFor } from '../providers/index.js'
 import { AttemptHandedOver, type AttemptResult } from '../providers/types.js'
-import { addressKey, afterOutcome, type BatchRules, blockKey, dialability, type NotDialableReason, type Outcome, selectsByDueTime } from '../rules.js'
+import { blockLookup } from '../blocked-addresses.js'
+import { addressKey, afterOutcome, type BatchRules, dialability, type NotDialableReason, type Outcome, selectsByDueTime } from '../rules.js'
 
 /** Rounds of (select, check, claim) per batch and cycle; each round fills the room left. */
 const MAX_ROUNDS = 8
@@ -68,7 +69,7 @@ export class Scheduler {
 
   constructor(
     private readonly platform: Platform,
-    private readonly deps: { log: BatchLog; attempts: Attempts; providers: ProviderFor },
+    private readonly deps: { log: BatchLog; attempts: Attempts; providers: ProviderFor; finished?: () => void },
     readonly workerId: string = `scheduler-${newId()}`,
   ) {
     this.contacts = platform.store.collection<ContactDoc>(COLLECTIONS.contacts)
@@ -299,11 +300,12 @@ export class Scheduler {
 
   /** blockKey()s of the account's blocked addresses among these contacts' addresses. */
   private async blockedAmong(accountId: string, contacts: ContactDoc[]): Promise<Set<string>> {
-    const addresses = new Set<string>()
-    for (const c of contacts) for (const a of c.addresses) addresses.add(a.type === 'email' ? a.address.trim().toLowerCase() : a.address.trim())
-    if (addresses.size === 0) return new Set()
-    const docs = await this.blocked.find({ accountId, address: { $in: [...addresses] } }, { projection: { addressType: 1, address: 1 } })
-    return new Set(docs.map(d => blockKey(d.addressType, d.address)))
+    const addresses = contacts.flatMap(c => c.addresses)
+    if (addresses.length === 0) return new Set()
+    // Blocks of erased people hold a digest of the address instead (dialer/erasure.ts).
+    const lookup = blockLookup(accountId, addresses)
+    const docs = await this.blocked.find({ accountId, address: { $in: lookup.values } }, { projection: { addressType: 1, address: 1 } })
+    return new Set(docs.map(lookup.keyOf))
   }
 
   /** Not dialable now: move it to its next allowed time, or close it when it never will be. */
@@ -428,8 +430,13 @@ export class Scheduler {
     })
     if (loading) return false
     const at = new Date(this.platform.clock.now())
-    const moved = await this.batchDocs.findOneAndUpdate({ _id: batch._id, status: 'running' }, { $set: { status: 'completed', updatedAt: at } })
+    // Its retention counts from here (dialer/retention.ts stamps its contacts).
+    const moved = await this.batchDocs.findOneAndUpdate(
+      { _id: batch._id, status: 'running' },
+      { $set: { status: 'completed', updatedAt: at, finishedAt: at, stampsWanted: true }, $inc: { stampsPending: 1 }, $unset: { purgedAt: '' } },
+    )
     if (!moved) return false
+    this.deps.finished?.()
     await this.deps.log.append({
       accountId: batch.accountId,
       batchId: batch._id,

@@ -1,4 +1,4 @@
-// Supervisor APIs (issue 13) the operator console stands on; the same admin role and UserId
+// Supervisor APIs the operator console stands on; the same admin role and UserId
 // header as the session administration routes.
 import { Invalid } from '../../platform/errors.js'
 import type { JsonRoute } from '../../platform/http.js'

@@ -12,11 +12,12 @@
 //
 // Why strings are escaped: lmdb-js writes a string of fewer than 64 characters with U+0000 to
 // U+0004 escaped, and a longer one byte for byte, while a zero byte ends each part of an array
-// key. A long string holding U+0000 read back as two parts ("x"*70 + "\0y" sorted and matched
-// as "x"*70 followed by "y"), and two different strings could be written as the same bytes (a
-// short one with an escape and a long one holding the escape's bytes). So no key string holds
-// U+0000 to U+0005: ESCAPE followed by one character stands for each of them (U+0006 to U+000B)
-// and for a lone surrogate (U+0100 to U+08FF; in a long string lmdb-js would write it as U+FFFD).
+// key. Unescaped, a long string holding U+0000 would read back as two parts ("x"*70 + "\0y"
+// sorted and matched as "x"*70 followed by "y"), and two different strings could be written as
+// the same bytes (a short one with an escape and a long one holding the escape's bytes). So no
+// key string holds U+0000 to U+0005: ESCAPE followed by one character stands for each of them
+// (U+0006 to U+000B) and for a lone surrogate (U+0100 to U+08FF; in a long string lmdb-js would
+// write it as U+FFFD).
 // Every string then has one key, read back as written, and keys sort as the strings do by code
 // point (a lone surrogate, which MongoDB cannot store, sorts among the escaped characters).
 
@@ -118,7 +119,7 @@ function payloadOf(value: unknown, rank: number, encoding: number): KeyPart {
   switch (rank) {
     case RANK.number:
       // -0 is 0 (mongod indexes them as one value); lmdb-js's key encoding also cannot write -0:
-      // the key came back garbled and an update could not take it out again.
+      // the key would come back garbled and an update could not take it out again.
       return typeof value === 'bigint' ? Number(value) : Number.isNaN(value) ? -Infinity : (value as number) === 0 ? 0 : (value as number)
     case RANK.string:
       if (encoding !== FIRST_ENCODING) return keyString(value as string)

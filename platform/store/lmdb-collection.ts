@@ -16,8 +16,8 @@
 // WRITE_SLICE documents, commits WRITE_SLICE documents per transaction (not atomic as a whole,
 // like MongoDB without a transaction: every document is re-checked against the filter in its
 // own slice). One large transaction frees most pages of the trees it touches at once, and
-// LMDB rewrites that free list on every later commit until it is used up: after one
-// 10,000-contact insert into 200,000, every small commit took ~100 ms instead of ~2 ms.
+// LMDB rewrites that free list on every later commit until it is used up: every small commit
+// after it pays for the large one.
 //
 // TTL: a TTL index is an ordered index on its Date field; a sweep reads the expired end of it
 // a bounded slice at a time (TTL_SLICE entries per transaction), never the whole collection.
@@ -44,6 +44,7 @@ import { effectiveSort, plan, shapeOf, type IndexPlan } from './planner.js'
 import { countByPipeline, countPlan, countRowsOf, keyValue, type CountRow, type CountValue } from './counted-index.js'
 import { groupInSlices, simpleGroup } from './sliced-group.js'
 import { sharedStructures } from './shared-structures.js'
+import { jsonDocuments } from './json-documents.js'
 import {
   type EntryIndex,
   type LiveIndex,
@@ -114,7 +115,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
     // A JSON collection only looks for a c: database left from before; it never creates one.
     this.docs = store.env.openDB<T, string>({ name: `c:${name}`, create: !json, ...sharedStructures(store.structures, name) } as { name: string })
     if (json) {
-      const target = store.env.openDB<T, string>({ name: `j:${name}`, encoding: 'json' })
+      const target = store.env.openDB<T, string>({ name: `j:${name}`, encoder: jsonDocuments } as { name: string })
       // lmdb-js answers undefined for a database that does not exist when asked not to create it.
       const old = this.docs as Database<T, string> | undefined
       if (!old || store.meta.get(movedKey(name))) {
@@ -148,7 +149,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
         let n = 0
         for (const { key, value } of old.getRange({ start: cursor })) {
           if (key === cursor) continue // start is inclusive
-          // Wide documents take ~0.2 ms each to re-encode: a slice stops at a few ms of work.
+          // Wide documents are slow to re-encode: a slice also stops after COPY_SLICE_MS of work.
           if (n === WRITE_SLICE || (n > 0 && performance.now() - started > COPY_SLICE_MS)) return true
           target.putSync(key, value)
           cursor = key
@@ -175,8 +176,8 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
    * Removes every entry of `db` a slice at a time like the copy. Clearing it in one go would free
    * all its pages in one transaction, and LMDB would then rewrite that free list on every later
    * commit until it is used up (see "Transactions stay small" above). The empty database itself
-   * stays: dropping it (mdb_drop) left this process's later reads of the j: database seeing
-   * nothing (seen live: a report of 5 sessions answered 0 until the next start).
+   * stays: dropping it (mdb_drop) leaves this process's later reads of the j: database seeing
+   * nothing until the next start.
    */
   private async empty(db: Database<any, any>) {
     await this.inSlices(started => {
@@ -323,7 +324,11 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
     const byId = sortFields.length === 1 && sortFields[0]![0] === '_id'
     const reverse = byId && sortFields[0]![1] === -1
     const reads = this.store.reads
-    const docs = this.docs.getRange({ reverse }).map(entry => (reads.documents++, entry.value))
+    // An _id range (a migration's or a scan's slice: `_id: {$gt: last}`) reads from its lower
+    // bound to its upper one, not the collection from its first document.
+    const bounds: IdBounds = reverse ? { hiInclusive: false } : idBounds(id)
+    const entries = this.docs.getRange({ reverse, ...(bounds.lo === undefined ? {} : { start: bounds.lo }) })
+    const docs = bounds.hi === undefined ? entries.map(entry => (reads.documents++, entry.value)) : upTo(entries, bounds.hi, bounds.hiInclusive, reads)
     return { docs, ordered: sortFields.length === 0 || byId }
   }
 
@@ -666,7 +671,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
     const [f, u] = [clone(filter), clone(update)]
     // Only the counts leave the callback: lmdb-js keeps each callback's result until its
     // transaction commits, and the documents before and after would live that long with it
-    // (long enough to be promoted out of the young generation: most of what a dispatch promoted).
+    // (long enough to be promoted out of the young generation).
     return this.write(() => {
       const { matchedCount, modifiedCount, upsertedId } = this.updateOneSync(f, u, options)
       return { matchedCount, modifiedCount, upsertedId }
@@ -803,6 +808,17 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       this.loadIndexes()
       return
     }
+    if (current && !current.building && sameDefinition({ ...current, expireAfterSeconds: wanted.expireAfterSeconds }, wanted)) {
+      // Only the TTL changed (a retention setting, or retention turned on or off): the entries
+      // are the same (key, _id) entries either way, so only the declaration changes.
+      await this.write(() => {
+        const { expireAfterSeconds: _, ...rest } = current
+        const next: StoredIndex = wanted.expireAfterSeconds === undefined ? rest : { ...rest, expireAfterSeconds: wanted.expireAfterSeconds }
+        this.saveIndexes(this.store.declared(this.name).map(s => (s.name === spec.name ? next : s)))
+      })
+      this.loadIndexes()
+      return
+    }
     const serving = current?.building ? current.previous : current
     if (serving && rebuildsOnline(serving, wanted) && this.docs.getCount() > WRITE_SLICE) {
       await this.redefineOnline(current!, serving, wanted)
@@ -859,12 +875,12 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
 
   /**
    * A changed definition of an index with entries over a large collection (a partial filter
-   * added, a field changed) is not rebuilt in one transaction before the service listens: at a
-   * million contacts that took 43 s, and the pages it freed at once slowed every later commit
-   * to ~50 ms (see "Transactions stay small"). Instead the new definition gets a database of its
-   * own (the next generation), every write keeps both up from now on, the definition of before
-   * keeps serving queries, and buildOnline fills the new one in the background; then it takes
-   * over and the old database is emptied a slice at a time.
+   * added, a field changed) is not rebuilt in one transaction before the service listens: over
+   * a large collection that delays the start by the whole build, and the pages it frees at once
+   * slow every later commit (see "Transactions stay small"). Instead the new definition gets a
+   * database of its own (the next generation), every write keeps both up from then on, the old
+   * definition keeps serving queries, and buildOnline fills the new one in the background; then
+   * it takes over and the old database is emptied a slice at a time.
    */
   private async redefineOnline(current: StoredIndex, serving: StoredIndex, wanted: StoredIndex) {
     const generation = Math.max(current.generation ?? 0, serving.generation ?? 0) + 1
@@ -972,5 +988,38 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
       }
     }
     return removed
+  }
+}
+
+/**
+ * Bounds of an _id condition the documents' key order can seek to. Only for strings of characters
+ * from U+0005 to U+D7FF: against such a bound, the keys' order (UTF-8 bytes) and mingo's (UTF-16
+ * units), which decides each document after, agree; other bounds scan as before.
+ */
+interface IdBounds {
+  lo?: string
+  hi?: string
+  hiInclusive: boolean
+}
+
+function idBounds(id: unknown): IdBounds {
+  if (id === null || typeof id !== 'object' || Array.isArray(id)) return { hiInclusive: false }
+  const condition = id as Record<string, unknown>
+  const seekable = (v: unknown): v is string => typeof v === 'string' && /^[\u0005-\ud7ff]*$/.test(v)
+  const lo = condition.$gt ?? condition.$gte
+  const hi = condition.$lt ?? condition.$lte
+  return {
+    ...(seekable(lo) ? { lo } : {}),
+    ...(seekable(hi) ? { hi } : {}),
+    hiInclusive: condition.$lt === undefined,
+  }
+}
+
+/** The documents of `entries` (in key order) up to the upper bound `hi`. */
+function* upTo<T>(entries: Iterable<{ key: string; value: T }>, hi: string, inclusive: boolean, reads: { documents: number }): Generator<T> {
+  for (const entry of entries) {
+    if (entry.key > hi || (!inclusive && entry.key === hi)) return
+    reads.documents++
+    yield entry.value
   }
 }

@@ -6,8 +6,9 @@
 // Layout, in one environment under DATA_DIR:
 //   c:<collection>          documents by _id (MessagePack: Dates, numbers and nesting round-trip)
 //   j:<collection>          the same as JSON text, for a collection opened with { json: true }
-//                           (its documents hold no Date); documents a c: database of the same
-//                           name still holds are copied over in the background when it is opened
+//                           (Dates at the top level only: json-documents.ts); documents a c:
+//                           database of the same name still holds are copied over in the
+//                           background when it is opened
 //   i:<collection>:<index>  one entry per (indexed values, _id), see index-keys.ts; no value
 //   n:<collection>:<index>  a `counted` index: the number of documents per distinct indexed
 //                           values (no entry per document), see counted-index.ts

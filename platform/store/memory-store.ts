@@ -119,7 +119,10 @@ class MemoryCollection<T extends Doc> implements Collection<T> {
       for (const doc of this.docs.values()) index.add(doc)
       this.indexes.push(index)
     }
-    if (spec.expireAfterSeconds !== undefined && !this.ttl.some(t => t.name === spec.name)) this.ttl.push(spec)
+    // Declared again with another TTL (a retention setting), or none: the latest declaration holds.
+    const declared = this.ttl.findIndex(t => t.name === spec.name)
+    if (declared !== -1) this.ttl.splice(declared, 1)
+    if (spec.expireAfterSeconds !== undefined) this.ttl.push(spec)
   }
 
   /** mongod's TTL rule: a Date field plus expireAfterSeconds in the past. */

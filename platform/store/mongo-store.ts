@@ -236,7 +236,21 @@ export class MongoStore implements Store {
     })
     for (const spec of specs) {
       const current = existing.find(index => index.name === spec.name)
-      if (current && !sameIndex(current, spec)) await guard(() => collection.dropIndex(spec.name), this.recover)
+      if (!current || sameIndex(current, spec)) continue
+      // Only the TTL changed (a retention setting): collMod changes it in place, where dropping
+      // and building the index again would read the whole collection and leave it without a TTL
+      // meanwhile. Turning a TTL off (or a server that cannot add one) takes the rebuild.
+      if (spec.expireAfterSeconds !== undefined && sameIndex({ ...current, expireAfterSeconds: spec.expireAfterSeconds }, spec)) {
+        const changed = await guard(() => this.db.command({ collMod: name, index: { name: spec.name, expireAfterSeconds: spec.expireAfterSeconds } }), this.recover).then(
+          () => true,
+          error => {
+            if (error instanceof MongoServerError) return false
+            throw error
+          },
+        )
+        if (changed) continue
+      }
+      await guard(() => collection.dropIndex(spec.name), this.recover)
     }
     await guard(() => collection.createIndexes(specs), this.recover)
   }

@@ -82,7 +82,7 @@ export function getPath(doc: Record<string, any>, path: string, stopAtArrays = f
 
 /**
  * $set / $unset / $inc (and $min / $max of numbers) on plain paths, applied directly: mingo's updater rebuilds its operator
- * context on every call (~1 ms), which dominates bulk upserts. Anything else goes to mingo.
+ * context on every call, which would dominate bulk upserts. Anything else goes to mingo.
  * Returns whether the document changed, or undefined when the update needs mingo; throws
  * UpdateRefusedError where mongod refuses the update (`doc` may then be half changed: callers
  * pass a copy and drop it).
@@ -230,7 +230,7 @@ export function filterKey(filter: Filter): string {
 
 /**
  * Compiled mingo queries, reused for repeated filters: compiling one copies mingo's whole
- * operator table (~1 ms), and hot callers repeat the same filter (a session's own id).
+ * operator table, and hot callers repeat the same filter (a session's own id).
  */
 const compiledQueries = new Map<string, Query<any>>()
 export function compiled(filter: Filter): Query<any> {
@@ -473,7 +473,7 @@ export function withoutSetOnInsert(update: Update): Update {
 /**
  * Documents projected as MongoDB projects them. Top-level inclusions or exclusions (the shapes the
  * repositories send) are copied here; anything else goes to mingo, once for all the documents:
- * mingo builds its operator context for every query (~0.1 ms), which a query per document paid.
+ * mingo builds its operator context for every query, which a query per document would pay.
  */
 export function projectDocs<T extends Doc>(docs: T[], projection: Record<string, 0 | 1 | boolean> | undefined): T[] {
   if (!projection || docs.length === 0 || Object.keys(projection).length === 0) return docs

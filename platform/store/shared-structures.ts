@@ -9,9 +9,18 @@
 // would return that entry among the documents.
 import type { Database } from 'lmdb'
 
+/**
+ * Keys that are data rather than field names (an address keying a contact's attempts per address:
+ * a phone number, an e-mail) must not be shared: a shared structure is kept for good, for every
+ * document, and would keep a person's address after the documents that held it are gone.
+ */
+const DATA_KEY = /^[0-9+]|@/
+const shareable = (keys: string[]) => !keys.some(key => DATA_KEY.test(key))
+
 /** The encoder options that keep one collection's structures under `key` of `db`. */
 export function sharedStructures(db: Database<unknown, string>, key: string) {
   return {
+    shouldShareStructure: shareable,
     getStructures: () => db.get(key),
     // Another thread or process may have added structures since this one read them: msgpackr
     // then reloads them and tries again (isCompatible is its check of what it had read).

@@ -1,11 +1,11 @@
 // `$match` + a plain `$group` over many documents without holding the event loop: the embedded
 // store reads the documents of a match lazily and, for a group whose key is field paths and
 // whose accumulators are `$sum` of 1 or of a field, adds them up as it goes, yielding to the loop
-// every GROUP_SLICE documents. Before, it read every matching document into an array and then
-// grouped (mingo): the progress of a finished 100,000-contact batch held the loop 1.4 s on one
-// `GET`, and a million contacts ten times that. Any other shape keeps the array path.
+// every GROUP_SLICE documents. Reading every matching document into an array and then grouping
+// (mingo) would hold the loop for the whole match, seconds for a large batch, while every live
+// conversation of the process waits. Any other shape keeps the array path.
 
-/** Documents read between two yields to the loop (~5 ms of decoding for contact documents). */
+/** Documents read between two yields to the loop (a few ms of decoding for contact documents). */
 export const GROUP_SLICE = 500
 
 type Path = string[]

@@ -168,10 +168,11 @@ export function assertLogPosition(position: number) {
 /** How a collection's documents are kept; every store answers the same either way. */
 export interface CollectionOptions {
   /**
-   * Embedded store only (the others ignore it): the documents hold JSON values only (no Date,
-   * no binary), so they are kept as JSON text. Wide documents whose keys differ from one to the
-   * next (report blocks: a key per histogram bin) decode ~2x faster from JSON than from
-   * MessagePack, which defines a record structure for nearly every such object.
+   * Embedded store only (the others ignore it): the documents hold JSON values only (no binary,
+   * and no Date except at the top level, where a TTL field is: json-documents.ts), so they are
+   * kept as JSON text. Wide documents whose keys differ from one to the next (report blocks: a
+   * key per histogram bin) decode faster from JSON than from MessagePack, which defines a record
+   * structure for nearly every such object.
    */
   json?: boolean
 }

@@ -1,13 +1,13 @@
 // The embedded store's writes, as lmdb-js transaction callbacks.
 //
 // lmdb-js runs every callback queued before its write thread takes LMDB's lock in one
-// transaction, back to back. Each callback of ours used to end by writing its collection's
-// counted moves (a read and a put per moved key): a dialer claim and its settlement move the
-// same four keys of the contacts' counted indexes, so a transaction of 500 claims read and wrote
-// them 500 times. Here the work queued for one transaction runs in a single callback, in the
+// transaction, back to back. Writing a collection's counted moves (a read and a put per moved
+// key) at the end of each write would repeat them: a dialer claim and its settlement move the
+// same four keys of the contacts' counted indexes, so a transaction of 500 claims would read and
+// write them 500 times. So the work queued for one transaction runs in a single callback, in the
 // order it was queued, and the counted moves of all of it are written once at its end.
 //
-// What a reader sees is unchanged: reads outside a write transaction see only what is
+// What a reader sees: reads outside a write transaction see only what is
 // committed, and the moves are written before the commit. Inside the transaction nothing reads
 // a counted index except an index build, which writes moves due first (LmdbCollection).
 import type { RootDatabase } from 'lmdb'

@@ -1,8 +1,8 @@
 // Writes to the embedded store done by a thread of their own, off the loop that serves live
 // sessions. An LMDB write's cost is on the thread that runs it: reading and decoding the old
-// document, applying the update, key diffs, encoding and puts, ~50-100 µs per session update,
-// and lmdb-js runs every write queued in a macrotask as one transaction, so a batch of them
-// holds the loop for milliseconds (issue 12: "store write holds"). LMDB lets several threads of
+// document, applying the update, key diffs, encoding and puts, tens of microseconds per session
+// update, and lmdb-js runs every write queued in a macrotask as one transaction, so a batch of
+// them holds the loop for milliseconds (write-holds.ts measures it). LMDB lets several threads of
 // one process open one environment (its single writer lock orders their transactions; see
 // dialer/chunk-thread.ts for the same idea), so the thread opens the same database and runs the
 // very same LmdbCollection code; the loop only posts the operation and reads back its result.
@@ -15,8 +15,9 @@
 //
 // Collections kept as JSON write on the loop: their one-time move from MessagePack runs in the
 // handle that opens them, and it must be one. If the thread cannot start (or died too often),
-// writes run on the loop as before. A write in flight when the thread dies is answered with an
-// error: it may or may not have been committed, and repeating an $inc could count twice.
+// writes run on the loop, as without the thread. A write in flight when the thread dies is
+// answered with an error: it may or may not have been committed, and repeating an $inc could
+// count twice.
 import { ThreadRequests } from '../thread-requests.js'
 import type { LmdbStore } from './lmdb-store.js'
 import { UnsafeUpdatePathError } from './update-paths.js'

@@ -2,7 +2,7 @@
 // account's sessions, filtered and paged, in one process and through a gateway in front of two
 // engine nodes over NATS.
 import t from 'tap'
-import { call, KEYS, mongoUrlFor, startTestService } from '../support/harness.js'
+import { call, eventually, KEYS, mongoUrlFor, startTestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse } from '../support/sse.js'
 import { clusterEnv, startProcess, waitHealthy } from '../support/processes.js'
@@ -124,13 +124,12 @@ t.test('lifecycle feed: created, paused, transferred, closed as they happen; res
 
   const s = await createSession(svc.base)
   t.teardown(() => s.stream.close())
-  const started = Date.now()
-  const created = await feed.next(e => e.event === 'session.created' && e.data.session.sessionId === s.sessionId, 3000)
-  t.ok(Date.now() - started < 1000, 'a new session is in the feed within a second')
+  // On the open feed, as it happens (how soon is the feed's poll, a figure for bench/).
+  const created = await feed.next(e => e.event === 'session.created' && e.data.session.sessionId === s.sessionId)
   t.match(created.data, { kind: 'created', session: { crewId: 'demo', state: 'active', live: true } })
 
   t.equal((await call(svc.base, 'PUT', `${ADMIN}/${s.sessionId}/pause`, { headers: USER })).status, 200)
-  const paused = await feed.next(e => e.event === 'session.changed' && e.data.session.state === 'paused', 3000)
+  const paused = await feed.next(e => e.event === 'session.changed' && e.data.session.state === 'paused')
   t.ok(Number(paused.id) >= Number(created.id), 'ids grow')
 
   // The feed drops here; what happens meanwhile comes on the resumed feed.
@@ -139,7 +138,7 @@ t.test('lifecycle feed: created, paused, transferred, closed as they happen; res
   t.equal((await call(svc.base, 'DELETE', `${ADMIN}/${s.sessionId}`, { headers: USER })).status, 204)
   const resumed = (await open({ 'Last-Event-ID': paused.id! })).stream!
   t.teardown(() => resumed.close())
-  const closed = await resumed.next(e => e.event === 'session.closed' && e.data.session.sessionId === s.sessionId, 3000)
+  const closed = await resumed.next(e => e.event === 'session.closed' && e.data.session.sessionId === s.sessionId)
   t.equal(closed.data.session.live, false)
   t.ok(closed.data.session.transfers >= 1, 'the transfer is in what the resumed feed carries')
   t.equal(closed.data.session.agentId, 'support')
@@ -149,4 +148,18 @@ t.test('lifecycle feed: created, paused, transferred, closed as they happen; res
   const noUser = await openSse(svc.base, 'GET', FEED, {})
   t.equal(noUser.json.code, 'USER_ID_REQUIRED')
   t.equal((await open({}, KEYS.acmeDialerOnly)).status, 403)
+})
+
+t.test('the listing names the customer from the session arguments (first name and address key that holds text)', async t => {
+  const svc = await startTestService(t)
+  const named = await createSession(svc.base, { body: { arguments: { nombre: 'Ana Ruiz', email: 'ana@example.com', phone: '' } } })
+  t.teardown(() => named.stream.close())
+  const nobody = await createSession(svc.base, { body: { arguments: { plan: 'gold' } } })
+  t.teardown(() => nobody.stream.close())
+  const rows = await eventually(
+    async () => (await call(svc.base, 'GET', '/engine/api/administration/sessions', { headers: { UserId: 'sup' } })).json.data as any[],
+    data => data.length === 2,
+  )
+  t.same(rows.find(r => r.sessionId === named.sessionId).customer, { name: 'Ana Ruiz', address: 'ana@example.com' })
+  t.equal(rows.find(r => r.sessionId === nobody.sessionId).customer, null)
 })

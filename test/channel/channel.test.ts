@@ -1,6 +1,6 @@
 // The assistant channel over real HTTP and real SSE streams.
 import t from 'tap'
-import { call, KEYS, startTestService } from '../support/harness.js'
+import { call, eventually, KEYS, startTestService } from '../support/harness.js'
 import { CHANNEL, createSession, openSse } from '../support/sse.js'
 import { crewsFile } from '../engine/fixtures/crews.js'
 
@@ -230,8 +230,7 @@ t.test('streams and disconnects are counted in metrics', async t => {
   t.equal(await metric('switchboard_sse_streams_open'), 2)
   t.equal(await metric('switchboard_sessions_live'), 1)
   listener.close()
-  for (let i = 0; i < 50 && (await metric('switchboard_sse_client_disconnects_total')) < 1; i++) await new Promise(r => setTimeout(r, 20))
-  t.equal(await metric('switchboard_sse_client_disconnects_total'), 1)
+  t.equal(await eventually(() => metric('switchboard_sse_client_disconnects_total'), n => n >= 1), 1)
   t.equal(await metric('switchboard_sse_streams_open'), 1)
   stream.close()
 })

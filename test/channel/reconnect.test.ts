@@ -3,11 +3,10 @@
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
 import { createEventSource } from 'eventsource-client'
-import { call, KEYS, startTestService } from '../support/harness.js'
+import { call, eventually, KEYS, startTestService } from '../support/harness.js'
 import { ADMIN, CHANNEL, createSession, openSse, type SseClient } from '../support/sse.js'
 
 const admin = { UserId: 'supervisor-1' }
-const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 
 async function listener(base: string, sessionId: string, query = '', headers: Record<string, string> = {}) {
   const opened = await openSse(base, 'POST', `${CHANNEL}/${sessionId}/listen${query}`, { headers })
@@ -16,12 +15,8 @@ async function listener(base: string, sessionId: string, query = '', headers: Re
 }
 
 async function closedOnServer(metricsBase: string, count: number) {
-  for (let i = 0; i < 100; i++) {
-    const text = await (await fetch(`${metricsBase}/metrics`)).text()
-    if (Number(/^switchboard_sse_client_disconnects_total (\S+)$/m.exec(text)?.[1]) >= count) return
-    await sleep(10)
-  }
-  throw new Error('the server did not notice the disconnect')
+  const disconnects = async () => Number(/^switchboard_sse_client_disconnects_total (\S+)$/m.exec(await (await fetch(`${metricsBase}/metrics`)).text())?.[1])
+  if ((await eventually(disconnects, n => n >= count)) < count) throw new Error('the server did not notice the disconnect')
 }
 
 async function aTurn(base: string, sessionId: string, consumerId: string, watcher: SseClient, text = 'hello') {
@@ -166,9 +161,9 @@ t.test('eventsource-client listens and tracks Last-Event-ID; a new client resume
     initialLastEventId: '1',
     onMessage: m => seen.push(m),
   })
-  for (let i = 0; i < 200 && !seen.some(m => m.event === 'session.consumer.attached'); i++) await sleep(10)
+  await eventually(async () => seen.some(m => m.event === 'session.consumer.attached'), attached => attached)
   await aTurn(base, sessionId, consumerId, stream)
-  for (let i = 0; i < 200 && seen.filter(m => m.event === 'crew.status.waiting').length < 2; i++) await sleep(10)
+  await eventually(async () => seen.filter(m => m.event === 'crew.status.waiting').length, n => n >= 2)
   t.ok(seen.some(m => m.event === 'assistant.message'))
   t.equal(es.lastEventId, seen.at(-1)!.id)
   es.close()

@@ -59,7 +59,8 @@ t.test('SIGTERM: an engine node and a gateway hand over their sessions and strea
   const mongoUrl = await mongoUrlFor(t)
   const env = clusterEnv(t, { natsUrl: nats.url, mongoUrl }, {
     CREWS_FILE: crewsFile({ patchDemo: { assistant: { provider: 'scripted', chunkDelayMs: 150 } } }),
-    ENGINE_DRAIN_TIMEOUT_MS: '8000',
+    // Far above the replies in progress: a drain that ends before it ended because they did.
+    ENGINE_DRAIN_TIMEOUT_MS: '30000',
   })
   const procs = await Promise.all([
     startProcess(t, 'gateway-a', { ...env, ROLE: 'gateway' }),
@@ -103,7 +104,7 @@ t.test('SIGTERM: an engine node and a gateway hand over their sessions and strea
   const code = await nodeOf.get(leaving)!.terminate()
   const drainMs = Date.now() - sigterm
   t.equal(code, 0, 'the engine node exits cleanly')
-  t.ok(drainMs < 8000, `it drained in ${drainMs} ms, inside ENGINE_DRAIN_TIMEOUT_MS`)
+  t.ok(drainMs < 30_000, `it drained in ${drainMs} ms, inside ENGINE_DRAIN_TIMEOUT_MS`)
   t.comment(`engine drain: ${drainMs} ms for ${moving.length} sessions (replies in progress finished first)`)
   for (const s of moving) t.equal(await ownerOf(s.sessionId), staying, 'restored on the other node before any client asked')
 

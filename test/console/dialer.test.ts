@@ -32,7 +32,7 @@ t.test('a supervisor imports a CSV, starts and stops the batch, asks why a conta
   await page.getByLabel('Supervisor id (UserId)').fill('sup-eva')
   await page.keyboard.press('Enter')
   await page.getByRole('heading', { name: 'Live sessions' }).waitFor()
-  await page.getByRole('button', { name: 'dialer' }).click()
+  await page.getByRole('link', { name: 'dialer' }).click()
   await page.getByRole('heading', { name: 'Dialer batches' }).waitFor()
 
   // CSV through the signed upload: upload progress to 100 %, the batch, its row error.
@@ -62,9 +62,19 @@ t.test('a supervisor imports a CSV, starts and stops the batch, asks why a conta
   await row.getByRole('button', { name: 'start batch Floor import' }).click()
   await row.locator('.batch-status', { hasText: 'running' }).waitFor()
   t.equal((await call(svc.base, 'GET', `/dialer/v1/batches/${batch.batchId}`)).json.status, 'running')
+  // Buttons as the batch's status allows.
+  for (const [name, disabled] of [['start', true], ['stop', false], ['archive', true], ['delete', true]] as const) {
+    t.equal(await row.getByRole('button', { name: `${name} batch Floor import` }).isDisabled(), disabled, `${name} is ${disabled ? 'off' : 'on'} while running`)
+  }
   await row.getByRole('button', { name: 'stop batch Floor import' }).click()
   await row.locator('.batch-status', { hasText: 'stopped' }).waitFor()
   await page.locator('.batch-log li', { hasText: 'stopped' }).waitFor()
+  t.notOk(await row.getByRole('button', { name: 'delete batch Floor import' }).isDisabled(), 'delete is on once stopped')
+  // Delete asks first, naming the consequence; Cancel leaves the batch as it was.
+  await row.getByRole('button', { name: 'delete batch Floor import' }).click()
+  t.match(await page.getByRole('alertdialog').textContent(), /its 2 contacts are deleted: nobody more is dialed/)
+  await page.getByRole('alertdialog').getByRole('button', { name: 'Cancel' }).click()
+  t.equal((await call(svc.base, 'GET', `/dialer/v1/batches/${batch.batchId}`)).json.status, 'stopped', 'cancelled: not deleted')
 
   // The blocked list.
   await page.getByLabel('Address to block').fill('34600000002')
@@ -75,5 +85,10 @@ t.test('a supervisor imports a CSV, starts and stops the batch, asks why a conta
   await page.getByRole('button', { name: 'Unblock 34600000002' }).click()
   await page.locator('.blocked-list li[data-address="34600000002"]').waitFor({ state: 'detached' })
   t.same((await call(svc.base, 'GET', '/dialer/v1/blocked-addresses')).json.data, [], 'unblocked in the API')
+
+  await row.getByRole('button', { name: 'delete batch Floor import' }).click()
+  await page.getByRole('alertdialog').getByRole('button', { name: 'Yes, delete' }).click()
+  await page.locator('.outcome', { hasText: 'delete Floor import: done' }).waitFor()
+  t.not((await call(svc.base, 'GET', `/dialer/v1/batches/${batch.batchId}`)).json?.status, 'stopped', 'deleted once confirmed')
   t.same(errors, [], 'no page error')
 })

@@ -2,10 +2,23 @@
 // does: same origin, strict CSP, nosniff, no third-party URL in the page, JS under 150 KB gzipped.
 import t from 'tap'
 import { readdirSync, readFileSync } from 'node:fs'
-import { gzipSync } from 'node:zlib'
+import { brotliDecompressSync, gunzipSync, gzipSync } from 'node:zlib'
+import { request } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import { ensureConsoleBuilt } from './build.js'
 import { startTestService } from '../support/harness.js'
+
+/** A GET with one Accept-Encoding and the body as sent (fetch would decode it). */
+const raw = (url: string, acceptEncoding: string) =>
+  new Promise<{ headers: Record<string, string | string[] | undefined>; body: Buffer }>((resolve, reject) => {
+    request(url, { headers: { 'accept-encoding': acceptEncoding } }, res => {
+      const chunks: Buffer[] = []
+      res.on('data', c => chunks.push(c))
+      res.on('end', () => resolve({ headers: res.headers, body: Buffer.concat(chunks) }))
+    })
+      .on('error', reject)
+      .end()
+  })
 
 const root = fileURLToPath(new URL('../../console/', import.meta.url))
 
@@ -38,6 +51,24 @@ t.test('the built console is served with its security headers, offline and small
   }
   t.ok(gzipped < 150 * 1024, `page JS ${gzipped} bytes gzipped (< 150 KB)`)
   t.comment(`console JS: ${gzipped} bytes gzipped`)
+
+  // Precompressed on the wire: brotli when accepted, else gzip, else identity; Vary on all three.
+  let wire = 0
+  for (const src of [...scripts, '/console/']) {
+    const identity = await raw(`${svc.base}${src}`, 'identity')
+    const br = await raw(`${svc.base}${src}`, 'gzip, deflate, br')
+    const gz = await raw(`${svc.base}${src}`, 'gzip;q=1, br;q=0')
+    t.equal(br.headers['content-encoding'], 'br', `${src} as brotli`)
+    t.equal(gz.headers['content-encoding'], 'gzip', `${src} as gzip when br is refused`)
+    t.equal(identity.headers['content-encoding'], undefined, `${src} plain when nothing is accepted`)
+    for (const r of [identity, br, gz]) t.equal(r.headers.vary, 'Accept-Encoding', `${src} varies on Accept-Encoding`)
+    t.same(brotliDecompressSync(br.body), identity.body, `${src}: brotli decodes to the file`)
+    t.same(gunzipSync(gz.body), identity.body, `${src}: gzip decodes to the file`)
+    t.equal(br.headers['content-security-policy'], identity.headers['content-security-policy'], 'the same CSP')
+    if (src.endsWith('.js')) wire += br.body.length
+  }
+  t.ok(wire < gzipped, `JS on the wire ${wire} bytes (brotli) below its gzip size`)
+  t.comment(`console JS on the wire: ${wire} bytes (brotli)`)
 
   // Client routes are the page; a missing asset is a 404; /console redirects to /console/.
   t.equal((await fetch(`${svc.base}/console/sessions/x`)).status, 200)

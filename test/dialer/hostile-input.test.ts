@@ -54,7 +54,8 @@ for (const store of STORES) {
         t.equal(res.status, 400, `${size} characters`)
         t.match(res.json, { code: 'VALIDATION_FAILED' })
         t.ok(res.text.length < 10_000, 'the error does not echo the whole address')
-        t.ok((await health) < 1000, '/healthz answered meanwhile')
+        // Generous: a pattern that backtracks over millions of characters takes far longer.
+        t.ok((await health) < 15_000, '/healthz answered meanwhile')
       }
       const near = `${'a'.repeat(60)}@${'b.'.repeat(90)}c`
       const fine = await call(base, 'POST', '/dialer/v1/blocked-addresses', { body: { address: near, addressType: 'email' } })

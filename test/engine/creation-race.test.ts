@@ -18,6 +18,7 @@ import { MemoryStore, type Collection, type Doc } from '../../platform/store/ind
 import type { Platform } from '../../platform/index.js'
 import { SessionRecorder } from '../../reports/index.js'
 import { DEFAULT_CREWS } from './fixtures/crews.js'
+import { eventually } from '../support/harness.js'
 
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 const SESSION = '0b6c8a1e-2f3d-4c5b-9a7e-1d2c3b4a5f60'
@@ -62,11 +63,13 @@ t.test('a request during the creation of its session waits for it: one session, 
   const events: TransportEvent[] = []
   const creating = transport.create({ sessionId: SESSION, consumerId: 'c1', accountId: 'acme', crewId: 'demo', arguments: {} }, e => void events.push(e))
   const sessions = store.collection(SESSIONS)
-  for (let i = 0; i < 200 && !(await sessions.findOne({ _id: SESSION })); i++) await sleep(5)
-  t.ok(await sessions.findOne({ _id: SESSION }), 'the session document is written; the session is not live yet')
+  t.ok(await eventually(() => sessions.findOne({ _id: SESSION }), doc => !!doc), 'the session document is written; the session is not live yet')
 
   const history = transport.command(target, { type: 'query.history', after: 0, limit: 100 }) as Promise<{ data: { type: string }[] }>
-  await sleep(50)
+  // Given time to go as far as it can on its own (a slower machine only gives it more), the
+  // request has not answered: it waits for the session instead of restoring a copy of it.
+  const early = await Promise.race([history.then(() => 'answered'), sleep(50).then(() => 'waiting')])
+  t.equal(early, 'waiting', 'the request waits while the session is being created')
   store.release()
   await creating
   const entries = (await history).data.map(e => e.type)

@@ -19,8 +19,7 @@ import { createMetrics } from '../../platform/metrics.js'
 import { MemoryStore } from '../../platform/store/index.js'
 import type { Platform } from '../../platform/index.js'
 import type { StreamSink } from '../../platform/http.js'
-
-const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
+import { eventually } from '../support/harness.js'
 
 /** Between the engine and the hub: loses live events while down; reads of the log's events answer when released. */
 class Link implements SessionTransport {
@@ -81,35 +80,44 @@ t.test('a second outage while the first is still being read back: the hub checks
 
   const client = sink()
   await hub.create({ accountId: 'acme', crewId: 'demo', arguments: {} }, () => client.stream)
-  await sleep(50)
-  const opened = client.frames()
+  const opened = await eventually(async () => client.frames(), frames => frames.some(f => f.event === 'Initialized'))
   const sessionId = JSON.parse(opened.find(f => f.event === 'Initialized')!.data).sessionId as string
   const consumerId = JSON.parse(opened.find(f => f.event === 'Initialized')!.data).consumerId as string
   const say = (text: string) => engine.transport.command({ sessionId, accountId: 'acme' }, { type: 'user.message', consumerId, text })
   const replies = () => client.frames().filter(f => f.event === 'assistant.message').map(f => JSON.parse(f.data).text as string)
+  /** The turn answering `text` is over in the session's log (whether the link let it through or not). */
+  const answered = async (text: string) => {
+    // A logged event keeps its SSE lines (`body`), not its data.
+    const turnOver = (events: any[]) => {
+      const reply = events.findIndex(e => e.name === 'assistant.message' && e.body?.includes(`"text":${JSON.stringify(`You said: ${text}`)}`))
+      return reply >= 0 && events.slice(reply).some(e => e.name === 'crew.status.waiting')
+    }
+    t.ok(turnOver(await eventually(() => engine.transport.replay(sessionId, 0), turnOver)), `the reply to "${text}" is in the log`)
+  }
 
   // First outage: a reply goes by unheard.
   link.down = true
   await say('first question')
-  await sleep(100)
+  await answered('first question')
   t.same(replies(), [], 'nothing heard while the link is down')
   // The link comes back; the hub reads the log's events now, but their answer is held.
   link.down = false
   link.holding = true
   const resynced = hub.resync()
-  await sleep(20)
-  t.equal(link.readsStarted, 1, 'the hub is reading the log')
+  t.equal(await eventually(async () => link.readsStarted, n => n > 0), 1, 'the hub is reading the log')
   // Second outage while that read is in flight: another reply goes by unheard.
   link.down = true
   await say('second question')
-  await sleep(100)
+  await answered('second question')
   link.down = false
   const again = hub.resync()
   link.release()
   await Promise.all([resynced, again])
-  await sleep(50)
+  // A heartbeat repeats the last id (a slow run may see one): events only.
+  const eventIds = () => client.frames().filter(f => f.id !== undefined && f.event !== 'hearthbeat').map(f => Number(f.id))
+  const logged = (await engine.transport.replay(sessionId, 0)).length
+  const ids = await eventually(async () => eventIds(), ids => ids.length >= logged)
   t.same(replies(), ['You said: first question', 'You said: second question'], 'both replies reach the stream, in order')
-  const ids = client.frames().filter(f => f.id !== undefined).map(f => Number(f.id))
   t.same(ids, ids.map((_, i) => i + 1), 'every event once, ids consecutive')
   t.notOk(client.frames().some(f => f.event === 'stream.gap'), 'no gap reported')
 })

@@ -766,6 +766,70 @@ t.test('an index that stops being unique keeps its entries: only the declaration
   await t.rejects(theirs.insertOne({ _id: 's1:1', sessionId: 's1', seq: 1 }), DuplicateKeyError, 'the primary key still refuses its own id')
 })
 
+
+t.test('an _id range with no index to read reads from its lower bound to its upper one; unseekable bounds still answer right', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const docs = store.collection('docs')
+  const ids = [...Array.from({ length: 2000 }, (_, i) => `k${String(i).padStart(5, '0')}`), 'k\u{1F600}', 'k\uE000', 'k\u0001', 'k00100\u{1F600}', 'k00100\uFFFD']
+  await docs.insertMany(ids.map((_id, i) => ({ _id, n: i % 5 })))
+  const reads = () => store.reads.documents
+  let before = reads()
+  const page = await docs.find({ _id: { $gt: 'k01000' } }, { sort: { _id: 1 }, limit: 10 })
+  t.same(page.map(d => d._id), Array.from({ length: 10 }, (_, i) => `k${String(1001 + i).padStart(5, '0')}`))
+  t.ok(reads() - before <= 11, `a slice after its last _id reads its own documents: ${reads() - before}`)
+  before = reads()
+  const range = await docs.find({ _id: { $gt: 'k00100', $lte: 'k00200' }, n: 1 })
+  t.ok(reads() - before <= 110, `a bounded range reads its documents only: ${reads() - before}`)
+  const expected = (lo: string, hi: string, lowInclusive: boolean, highInclusive: boolean) =>
+    ids.filter(id => (lowInclusive ? id >= lo : id > lo) && (highInclusive ? id <= hi : id < hi)).sort()
+  t.same(range.map(d => d._id).sort(), expected('k00100', 'k00200', false, true).filter(id => ids.indexOf(id) % 5 === 1), 'the same documents as mingo alone finds')
+  // Bounds the key order cannot seek to (their order differs from mingo's), and ones that hold
+  // documents whose ids it cannot compare alike: answered as before, by reading everything.
+  for (const [lo, hi] of [['k\u{1F600}', 'l'], ['k', 'k\uE000'], ['k00100', 'k00101'], ['k\u0001', 'k00001']] as const) {
+    for (const [gt, lt] of [['$gt', '$lt'], ['$gte', '$lte']] as const) {
+      const found = await docs.find({ _id: { [gt]: lo, [lt]: hi } })
+      t.same(found.map(d => d._id).sort(), expected(lo, hi, gt === '$gte', lt === '$lte'), `${gt} ${JSON.stringify(lo)} ${lt} ${JSON.stringify(hi)}`)
+    }
+  }
+})
+
+t.test('a retention changed, turned off or on again rewrites only the TTL index`s declaration; the sweep follows it', async t => {
+  let now = Date.parse('2026-07-01T00:00:00Z')
+  const store = new LmdbStore({ path: tempDir(t), clock: { now: () => now }, sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const ttl = (expireAfterSeconds?: number) => [{ name: 'started_ttl', key: { startedAt: 1 } as Record<string, 1>, ...(expireAfterSeconds === undefined ? {} : { expireAfterSeconds }) }]
+  /** Sweeps until nothing is left to expire (one sweep takes a bounded number). */
+  const sweep = async () => {
+    let total = 0
+    for (let n = await store.sweep(); n > 0; n = await store.sweep()) total += n
+    return total
+  }
+  const hour = 3_600_000
+  const day = 24 * hour
+  await store.ensureIndexes('attempts', ttl(400 * 86_400))
+  // One an hour back from now: 0 .. 4999 hours (208 days) old.
+  const n = 5_000
+  await store.collection('attempts').insertMany(Array.from({ length: n }, (_, i) => ({ _id: `a${String(i).padStart(5, '0')}`, startedAt: new Date(now - i * hour) })))
+  t.equal(await sweep(), 0, 'within 400 days: kept')
+
+  // A rebuild would write every entry again (and, over this many, in the background under a new generation).
+  const pagesBefore = store.env.getStats() as { lastPageNumber: number }
+  await store.ensureIndexes('attempts', ttl())
+  await store.ensureIndexes('attempts', ttl(90 * 86_400))
+  const pagesAfter = store.env.getStats() as { lastPageNumber: number }
+  t.ok(pagesAfter.lastPageNumber - pagesBefore.lastPageNumber < 10, `pages written by two new declarations: ${pagesAfter.lastPageNumber - pagesBefore.lastPageNumber}`)
+  t.same(store.declared('attempts').map(s => [s.name, s.expireAfterSeconds, s.generation ?? 0, !!s.building]), [['started_ttl', 90 * 86_400, 0, false]], 'the same entries, a new TTL')
+  t.equal(await sweep(), n - 90 * 24, 'a shorter retention takes every document past it (day 90 itself is on the edge and goes)')
+
+  await store.ensureIndexes('attempts', ttl())
+  now += 1000 * day
+  t.equal(await sweep(), 0, 'no retention: nothing expires')
+  t.equal(await store.collection('attempts').countDocuments({ startedAt: { $lt: new Date(now) } }), 90 * 24, 'and the index still answers queries')
+  await store.ensureIndexes('attempts', ttl(400 * 86_400))
+  t.equal(await sweep(), 90 * 24, 'turned on again: everything past it goes')
+})
+
 t.test('property: whatever updates a document goes through, each index holds exactly the entries a fresh insert of it would', async t => {
   // An update re-keys only the indexes whose values it changed (sameIndexedValues): the oracle is
   // a second collection where each version of the document is deleted and inserted whole.

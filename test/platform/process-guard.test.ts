@@ -30,8 +30,10 @@ t.test('one uncaught exception and one unhandled rejection: logged, counted, sti
     await sleep(100)
   }
   t.ok(proc.alive(), 'the process is alive')
-  t.match(proc.output(), /"msg":"uncaught exception".*injected uncaught exception/)
-  t.match(proc.output(), /"msg":"unhandled promise rejection".*injected unhandled rejection/)
+  // One JSON line each, saying what happened and with the error.
+  const logged = (msg: string) => proc.output().split('\n').filter(line => line.startsWith('{')).map(line => JSON.parse(line)).find(line => line.msg === msg)
+  t.match(logged('uncaught exception'), { level: 'error', error: { message: 'injected uncaught exception' } })
+  t.match(logged('unhandled promise rejection'), { level: 'error', error: { message: 'injected unhandled rejection' } })
   t.equal((await fetch(`${proc.base}/healthz`)).status, 200, 'still serving')
   const metrics = await (await fetch(`${proc.metricsBase}/metrics`)).text()
   t.match(metrics, /switchboard_process_errors_total\{kind="uncaught_exception"\} 1/)

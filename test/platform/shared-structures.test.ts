@@ -122,3 +122,22 @@ t.test('another process adding new shapes at the same time: each reads everythin
   t.teardown(() => reopened.close())
   t.same((await reopened.collection<any>('things').find({})).sort(byId), written, 'reopened: every document as written')
 })
+
+t.test('keys that are data (an address keying counts per address) are never kept in the shared structures; the documents read back the same', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  t.teardown(() => store.close())
+  const contacts = store.collection<any>('contacts')
+  const written = [
+    { _id: 'a', name: 'A', addressAttempts: { '34611223344': 2 } },
+    { _id: 'b', name: 'B', addressAttempts: { 'ana@example%2Ecom': 1 } },
+    { _id: 'c', name: 'C', addressAttempts: { '+34611223344': 1, other: 3 } },
+    { _id: 'd', name: 'D', addressAttempts: {} },
+  ]
+  await contacts.insertMany(written)
+  t.same((await contacts.find({})).sort(byId), written)
+  const shared = JSON.stringify(store.structures.get('contacts'))
+  t.ok(shared.includes('addressAttempts'), 'field names are shared')
+  for (const key of ['34611223344', 'ana@example', '+346']) t.notOk(shared.includes(key), `${key} is not`)
+  await contacts.deleteMany({})
+  t.notOk(JSON.stringify(store.structures.get('contacts')).includes('3461'), 'nothing of the documents is left once they are gone')
+})

@@ -980,6 +980,53 @@ for (const kind of ['memory', 'lmdb', 'lmdb-thread', 'mongo'] as const) {
       t.same(ids(await c.find({}, { sort: { _id: 1 } })), ['future', 'none', 'not-a-date'])
     })
 
+    t.test('TTL: a retention declared again applies to the documents already there; without one nothing expires', async t => {
+      const [c, name] = fresh('retention')
+      const index = (expireAfterSeconds?: number) => [{ name: 'created_ttl', key: { createdAt: 1 }, ...(expireAfterSeconds === undefined ? {} : { expireAfterSeconds }) }]
+      const [probe, probeName] = fresh('retention_probe')
+      await store.ensureIndexes(probeName, [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }])
+      /** A TTL pass ran (on MongoDB, the server's monitor) once this probe document is gone. */
+      const aPassRan = async (id: string) => {
+        await probe.insertOne({ _id: id, expiresAt: new Date(Date.now() - 1000) })
+        return waitFor(async () => (await probe.findOne({ _id: id })) === null, 5000)
+      }
+      const now = Date.now()
+      await store.ensureIndexes(name, index(3600))
+      await c.insertMany([
+        { _id: 'ten-minutes', createdAt: new Date(now - 10 * 60_000) },
+        { _id: 'two-hours', createdAt: new Date(now - 2 * 3600_000) },
+        { _id: 'new', createdAt: new Date(now) },
+      ])
+      t.ok(await waitFor(async () => (await c.findOne({ _id: 'two-hours' })) === null, 5000), 'older than an hour: expired')
+      await store.ensureIndexes(name, index(60))
+      t.ok(await waitFor(async () => (await c.findOne({ _id: 'ten-minutes' })) === null, 5000), 'the shorter retention took over')
+      await store.ensureIndexes(name, index())
+      await c.insertOne({ _id: 'old', createdAt: new Date(now - 365 * 86_400_000) })
+      t.ok(await aPassRan('after-off'), 'a TTL pass ran')
+      t.same(ids(await c.find({}, { sort: { _id: 1 } })), ['new', 'old'], 'no retention: nothing expires')
+      t.same(ids(await c.find({ createdAt: { $lt: new Date(now) } })), ['old'], 'the index still answers queries')
+      await store.ensureIndexes(name, index(3600))
+      t.ok(await waitFor(async () => (await c.findOne({ _id: 'old' })) === null, 5000), 'turned on again: expires')
+      t.same(ids(await c.find({})), ['new'])
+    })
+
+    t.test('JSON collection: a top-level Date round-trips and expires by its TTL index', async t => {
+      const name = `json_dates_${++serial}`
+      const c = store.collection<Doc>(name, { json: true })
+      await store.ensureIndexes(name, [{ name: 'at_ttl', key: { at: 1 }, expireAfterSeconds: 60 }])
+      const now = Date.now()
+      await c.insertOne({ _id: 'old', at: new Date(now - 3600_000), n: 1, cells: { a: { n: 1 } } })
+      await c.updateOne({ _id: 'kept' }, { $setOnInsert: { at: new Date(now) }, $inc: { n: 2 } }, { upsert: true })
+      await c.updateOne({ _id: 'kept' }, { $inc: { n: 3 } })
+      const kept = await c.findOne({ _id: 'kept' })
+      t.ok(kept!.at instanceof Date, 'read back as a Date after updates')
+      t.equal(kept!.at.getTime(), now)
+      t.equal(kept!.n, 5)
+      t.same(ids(await c.find({ at: { $gte: new Date(now - 1000) } })), ['kept'], 'queried as a Date')
+      t.ok(await waitFor(async () => (await c.findOne({ _id: 'old' })) === null, 5000), 'expired')
+      t.same(ids(await c.find({})), ['kept'])
+    })
+
     t.test('Dates round-trip as Dates, numbers stay numbers', async t => {
       const [c] = fresh('types')
       const doc = {

@@ -7,7 +7,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { DateTime } from 'luxon'
 import { call, KEYS, STORES, startTestService } from '../support/harness.js'
-import { ER, query, seed, sessionRecord } from './support.js'
+import { ER, KEEP_FOREVER, query, seed, sessionRecord } from './support.js'
 
 const at = (iso: string) => DateTime.fromISO(iso, { setZone: true }).toMillis()
 
@@ -47,7 +47,7 @@ for (const store of STORES) {
         ],
       }),
     )
-    const { base, service } = await startTestService(t, { store, env: { REPORTS_FILE: definitionsFile } })
+    const { base, service } = await startTestService(t, { store, env: { REPORTS_FILE: definitionsFile, ...KEEP_FOREVER } })
     const report = async (
       params: Record<string, string | number | undefined>,
       options: { id?: string; key?: string } = {},

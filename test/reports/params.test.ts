@@ -2,7 +2,7 @@
 // Validation does not touch the store, so this runs on the embedded store only.
 import t from 'tap'
 import { call, KEYS, startTestService } from '../support/harness.js'
-import { ER, query, SD } from './support.js'
+import { ER, KEEP_FOREVER, query, SD } from './support.js'
 
 const T0 = Date.parse('2026-03-01T00:00:00Z')
 const T1 = Date.parse('2026-04-01T00:00:00Z')
@@ -16,7 +16,7 @@ const endpoints = [
 ]
 
 t.test('parameter rules', async t => {
-  const { base } = await startTestService(t)
+  const { base } = await startTestService(t, { env: KEEP_FOREVER })
   const get = (path: string, params: Record<string, string | number | undefined>, key: string = KEYS.acme) =>
     call(base, 'GET', path + query(params), { key })
 

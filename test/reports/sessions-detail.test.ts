@@ -3,7 +3,7 @@
 import t from 'tap'
 import { call, KEYS, STORES, startTestService } from '../support/harness.js'
 import { SessionRecorder } from '../../reports/index.js'
-import { query, SD, seed, sessionRecord } from './support.js'
+import { KEEP_FOREVER, query, SD, seed, sessionRecord } from './support.js'
 
 const T0 = Date.parse('2026-05-04T08:00:00Z')
 const MIN = 60_000
@@ -11,7 +11,7 @@ const MIN = 60_000
 for (const store of STORES) {
   t.test(`${store} store`, async t => {
     let now = T0 + 10 * 60 * MIN
-    const { base, service } = await startTestService(t, { store, clock: { now: () => now } })
+    const { base, service } = await startTestService(t, { store, clock: { now: () => now }, env: KEEP_FOREVER })
     const get = async (params: Record<string, string | number | undefined>, key: string = KEYS.acme) => {
       const res = await call(base, 'GET', SD + query({ crew_id: 'crew-1', start_ts: T0, end_ts: T0 + 24 * 60 * MIN, ...params }), { key })
       if (res.status !== 200) throw new Error(`${res.status} ${res.text}`)

@@ -4,6 +4,12 @@
 import { SessionRecorder, type SessionRecordDoc, type SessionStatus } from '../../reports/index.js'
 import type { Store } from '../../platform/store/index.js'
 
+/**
+ * Report tests seed records at fixed dates and read them with the real clock (or the MongoDB
+ * test server's TTL monitor does): retention is turned off for them, and tested in retention.test.ts.
+ */
+export const KEEP_FOREVER = { SESSION_RECORD_RETENTION_DAYS: '0', REPORT_BLOCK_RETENTION_DAYS: '0' }
+
 export const SD = '/engine/v1/api/reports/sessions-detail'
 export const ER = '/engine/v1/api/reports/execute-report'
 

@@ -1,12 +1,19 @@
 // Service processes for the multi-process tests and bench/cluster: main.ts started with a ROLE, on a
-// free port, its output kept (the last 64 KiB) for failure messages, killed at teardown.
+// free port, its output kept (the last 64 KiB) for failure messages, ended at teardown.
+//
+// Coverage: tap loads @tapjs/processinfo into every process it starts (NODE_OPTIONS) and adds it,
+// with its _TAPJS_PROCESSINFO_* variables, to the environment of every child spawned from them,
+// even one given an environment of its own. A child then records its coverage and writes it to
+// .tap/coverage when it exits, where the report reads it with the tests' own. For that to count,
+// the child runs code outside node_modules (excluded from coverage) with source maps back to the
+// .ts files, and exits at teardown instead of being killed (a SIGKILL writes nothing).
 import { spawn, type ChildProcess } from 'node:child_process'
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { randomUUID } from 'node:crypto'
 import { tmpdir } from 'node:os'
 import { dirname, join, relative } from 'node:path'
 import { API_KEYS } from './harness.js'
-import { fileURLToPath } from 'node:url'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import ts from 'typescript'
 import { freePorts } from './nats-server.js'
 
@@ -16,20 +23,24 @@ let built: string | undefined
 
 /**
  * Transpiles the service (no type check: `tsc --noEmit` covers that) once per test process into
- * node_modules/.cache (packages resolve from there). Each process then starts in about a second
+ * .cache/ at the root (packages resolve from there; not node_modules, which coverage leaves out),
+ * each file with an inline source map naming its .ts. Each process then starts in about a second
  * instead of transpiling the whole code base itself (7-8 s of CPU each, six processes on two
  * cores). Set CLUSTER_TS=1 to run main.ts through @tapjs/typescript/import instead.
  */
 export function buildService(): string {
   if (built) return built
-  const out = join(ROOT, 'node_modules', '.cache', `switchboard-cluster-${process.pid}`)
+  const out = join(ROOT, '.cache', `switchboard-cluster-${process.pid}`)
   rmSync(out, { recursive: true, force: true })
-  const options: ts.CompilerOptions = { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ES2022, esModuleInterop: true }
+  const options: ts.CompilerOptions = { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ES2022, esModuleInterop: true, sourceMap: true }
   const walk = (path: string) => {
     if (statSync(path).isDirectory()) return readdirSync(path).forEach(name => walk(join(path, name)))
     if (!path.endsWith('.ts') || path.endsWith('.d.ts')) return
     const rel = relative(ROOT, path)
-    const js = ts.transpileModule(readFileSync(path, 'utf8'), { compilerOptions: options, fileName: rel }).outputText
+    const { outputText, sourceMapText } = ts.transpileModule(readFileSync(path, 'utf8'), { compilerOptions: options, fileName: rel })
+    const map = { ...JSON.parse(sourceMapText!), sources: [pathToFileURL(path).href], sourceRoot: undefined }
+    const inline = `//# sourceMappingURL=data:application/json;base64,${Buffer.from(JSON.stringify(map)).toString('base64')}`
+    const js = outputText.replace(/^\/\/# sourceMappingURL=.*$/m, inline)
     const target = join(out, rel.replace(/\.ts$/, '.js'))
     mkdirSync(dirname(target), { recursive: true })
     writeFileSync(target, js)
@@ -41,6 +52,11 @@ export function buildService(): string {
   return out
 }
 const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
+
+/** Whether tap records coverage in this run (not with --disable-coverage). */
+const COVERAGE = process.env._TAPJS_PROCESSINFO_COVERAGE_ === '1'
+/** How long a process ended at teardown may take to stop before it is killed. */
+const TEARDOWN_GRACE_MS = 10_000
 
 export interface Proc {
   name: string
@@ -72,8 +88,20 @@ export async function startProcess(t: Teardown | undefined, name: string, env: R
     const child = spawn(process.execPath, args, {
       cwd: ROOT,
       // Transpile only (tsc type-checks the code base), as tap runs the tests; load shedding on
-      // event-loop delay off unless a test asks for it (see harness.ts).
-      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', TS_NODE_TRANSPILE_ONLY: '1', OVERLOAD_LOOP_DELAY_MS: '0', ...env, PORT: String(port), HOST: '127.0.0.1', METRICS_PORT: String(metricsPort) },
+      // event-loop delay off unless a test asks for it: several processes share two cores with
+      // the tests, and one starved of CPU could refuse work for it (see harness.ts).
+      // NODE_V8_COVERAGE (c8 run around tap, or node's own collection) is passed on too.
+      env: {
+        PATH: process.env.PATH ?? '',
+        HOME: process.env.HOME ?? '',
+        ...(process.env.NODE_V8_COVERAGE ? { NODE_V8_COVERAGE: process.env.NODE_V8_COVERAGE } : {}),
+        TS_NODE_TRANSPILE_ONLY: '1',
+        OVERLOAD_LOOP_DELAY_MS: '0',
+        ...env,
+        PORT: String(port),
+        HOST: '127.0.0.1',
+        METRICS_PORT: String(metricsPort),
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     for (const stream of [child.stdout!, child.stderr!]) {
@@ -102,7 +130,14 @@ export async function startProcess(t: Teardown | undefined, name: string, env: R
       Object.assign(proc, await launch())
     },
   }
-  t?.teardown(() => proc.kill())
+  // Under coverage a process stops as it does in production (SIGTERM) and writes its coverage as
+  // it exits; one still running after the grace is killed. Otherwise killed at once.
+  t?.teardown(async () => {
+    if (!COVERAGE || !proc.alive()) return proc.kill()
+    const timer = setTimeout(() => void proc.kill(), TEARDOWN_GRACE_MS)
+    await proc.terminate()
+    clearTimeout(timer)
+  })
   return proc
 }
 

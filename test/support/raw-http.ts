@@ -13,11 +13,15 @@ export interface RawOutcome {
   ms: number
 }
 
-export function rawExchange(port: number, request: string | Buffer, boundMs: number): Promise<RawOutcome> {
+/** `halfClose`: end our side once the request is written, as a client that has nothing more to send may. */
+export function rawExchange(port: number, request: string | Buffer, boundMs: number, options: { halfClose?: boolean } = {}): Promise<RawOutcome> {
   return new Promise(resolve => {
     const started = Date.now()
     let text = ''
-    const socket = net.connect(port, '127.0.0.1', () => socket.write(typeof request === 'string' ? Buffer.from(request, 'latin1') : request))
+    const socket = net.connect(port, '127.0.0.1', () => {
+      socket.write(typeof request === 'string' ? Buffer.from(request, 'latin1') : request)
+      if (options.halfClose) socket.end()
+    })
     const done = (outcome: 'closed' | 'stalled') => {
       clearTimeout(timer)
       socket.destroy()

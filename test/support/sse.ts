@@ -70,8 +70,11 @@ export class SseClient {
     for (const w of this.waiters.splice(0)) w()
   }
 
-  /** Waits for the next event (after the last one returned) matching `name`; returns it. */
-  async next(name?: string | ((e: SseEvent) => boolean), timeoutMs = 5000): Promise<SseEvent> {
+  /**
+   * Waits for the next event (after the last one returned) matching `name`; returns it. The
+   * deadline is generous, as eventually()'s: a loaded 2-core machine is slow, and how fast is bench/'s.
+   */
+  async next(name?: string | ((e: SseEvent) => boolean), timeoutMs = 15_000): Promise<SseEvent> {
     const match = typeof name === 'function' ? name : (e: SseEvent) => name === undefined || e.event === name
     const deadline = Date.now() + timeoutMs
     while (true) {
@@ -93,7 +96,7 @@ export class SseClient {
   }
 
   /** Waits until the server ends the stream. */
-  async ended_(timeoutMs = 5000) {
+  async ended_(timeoutMs = 15_000) {
     await Promise.race([this.done, new Promise((_, reject) => setTimeout(() => reject(new Error('stream did not end')), timeoutMs).unref())])
   }
 
