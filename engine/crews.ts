@@ -3,8 +3,8 @@
 // a bad file fails before any port opens.
 import { readFileSync } from 'node:fs'
 import { SchemaRegistry, type JsonSchema, type ValidationIssue } from '../schemas/validator.js'
-import type { AttentionSettings } from './attention.js'
-import type { Guardrail } from './conversation.js'
+import type { AttentionSettings } from './supervision/attention.js'
+import type { Guardrail } from './session/conversation.js'
 import type { Modifiers } from './types.js'
 
 export const BUILTIN_HANDLERS = ['echo', 'clock', 'external'] as const
@@ -56,7 +56,7 @@ export interface Crew {
   agents: string[]
   modifiers: Modifiers
   guardrails?: Guardrail[]
-  /** When its sessions call a supervisor (engine/attention.ts); defaults there. */
+  /** When its sessions call a supervisor (engine/supervision/attention.ts); defaults there. */
   attention?: AttentionSettings
   tools: ToolDefinition[]
   assistant: ScriptedAssistant | OpenAiAssistant

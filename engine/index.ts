@@ -7,24 +7,24 @@ import type { Platform } from '../platform/index.js'
 import { SessionRecorder } from '../reports/index.js'
 import { writesOffTheLoop } from '../platform/store/index.js'
 import { loadCrews, type CrewCatalog } from './crews.js'
-import { type HostOptions, SessionHost } from './host.js'
-import { ChannelHub } from './hub.js'
+import { type HostOptions, SessionHost } from './host/host.js'
+import { ChannelHub } from './streams/hub.js'
 import { OpenAiProvider } from './providers/openai.js'
 import { ScriptedProvider } from './providers/scripted.js'
 import type { AssistantProvider } from './providers/types.js'
 import { adminRoutes } from './routes/admin.js'
 import { supervisionRoutes } from './routes/supervision.js'
-import { SessionDirectory } from './session-directory.js'
-import { FEED_DEFAULTS, feedRoute } from './session-feed.js'
-import { Presence, watchRoute } from './session-watch.js'
+import { SessionDirectory } from './supervision/session-directory.js'
+import { FEED_DEFAULTS, feedRoute } from './supervision/session-feed.js'
+import { Presence, watchRoute } from './supervision/session-watch.js'
 import { channelRoutes, listenPath } from './routes/channel.js'
 import { InProcessTransport, type SessionTransport } from './transport.js'
-import { EngineNode, NatsSessionTransport } from './nats-transport.js'
-import { NodeDirectory, Ownership } from './ownership.js'
-import type { EventLog } from './event-log.js'
-import { JetStreamEventLog } from './jetstream-event-log.js'
-import { OrphanReaper } from './reaper.js'
-import { SessionStore } from './session-store.js'
+import { EngineNode, NatsSessionTransport } from './cluster/nats-transport.js'
+import { NodeDirectory, Ownership } from './cluster/ownership.js'
+import type { EventLog } from './streams/event-log.js'
+import { JetStreamEventLog } from './cluster/jetstream-event-log.js'
+import { OrphanReaper } from './host/reaper.js'
+import { SessionStore } from './persistence/session-store.js'
 import type { NatsConnection } from '@nats-io/transport-node'
 
 export { CrewConfigError, loadCrews, parseCrews } from './crews.js'
@@ -109,7 +109,7 @@ function newHost(platform: Platform, crews: CrewCatalog, options: EngineOptions,
   })
 }
 
-/** Closes sessions of dead nodes past their idle deadline; see engine/reaper.ts. */
+/** Closes sessions of dead nodes past their idle deadline; see engine/host/reaper.ts. */
 function newReaper(platform: Platform, host: SessionHost, leases?: ConstructorParameters<typeof OrphanReaper>[0]['leases']) {
   const { store, clock, logger, config } = platform
   return new OrphanReaper({ host, store, clock, logger: logger.child({ engine: 'reaper' }), intervalMs: config.engine.reaperIntervalMs, leases })

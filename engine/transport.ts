@@ -7,10 +7,10 @@
 //              not host the session restores it from its checkpoint and journal first)
 //   events  -> `sb.session.<id>.events` published by the owner, each with its seq (the SSE id);
 //              subscribe() is a plain subscription, opened before create() sends so no early
-//              event is missed; replay() reads the session's event log (engine/event-log.ts).
+//              event is missed; replay() reads the session's event log (engine/streams/event-log.ts).
 // The in-process implementation below calls the host directly.
-import type { ContextMessageInput } from './machine.js'
-import type { EventLog, StreamEvent } from './event-log.js'
+import type { ContextMessageInput } from './session/machine.js'
+import type { EventLog, StreamEvent } from './streams/event-log.js'
 import type { OutboundSpec } from './types.js'
 
 export interface SessionTarget {
@@ -76,7 +76,7 @@ export interface SessionTransport {
 }
 
 /**
- * What the in-process transport calls: the actor host of this process (engine/host.ts). Named
+ * What the in-process transport calls: the actor host of this process (engine/host/host.ts). Named
  * here, so that the host depends on the transport's types and not the other way round.
  */
 export interface LocalSessions {

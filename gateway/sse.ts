@@ -1,6 +1,6 @@
 // Server-Sent Events on top of the gateway's StreamSink: frame formatting, Last-Event-ID
 // parsing, coalesced writes with a bound, and a heartbeat. Nothing here knows about sessions;
-// the channel hub (engine/hub.ts) owns consumers and decides what to send with which id.
+// the channel hub (engine/streams/hub.ts) owns consumers and decides what to send with which id.
 import type { StreamSink } from '../platform/http.js'
 
 /** The part of a frame shared by every consumer of one event: `event:` and `data:` lines. */

@@ -158,7 +158,7 @@ export interface Config {
     /** How long the sessions' write-behind gathers changes into one commit (0: the next macrotask). */
     writeWindowMs: number
   }
-  /** The supervisors' lifecycle feed (engine/session-feed.ts). */
+  /** The supervisors' lifecycle feed (engine/supervision/session-feed.ts). */
   supervision: {
     /** How long after the time it carries a session record's write may land (write-behind, clocks of other nodes). */
     feedLagMs: number

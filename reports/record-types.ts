@@ -30,7 +30,7 @@ export interface SessionRecordDoc {
    * entries from the session's journal after a crash; absent in records of older versions).
    */
   log_position?: number
-  /** Unix ms of the last write (the supervisors' lifecycle feed reads changes by it; engine/session-feed.ts). */
+  /** Unix ms of the last write (the supervisors' lifecycle feed reads changes by it; engine/supervision/session-feed.ts). */
   updated_at?: number
   /** Unix ms of the last user and assistant messages (the listing's phase and no-reply flag). */
   last_user_at?: number
@@ -39,7 +39,7 @@ export interface SessionRecordDoc {
   last_message?: LastMessage
   /** Who the session is with, from its arguments (the supervisors' listing and search); absent when they name nobody. */
   customer?: { name?: string; address?: string }
-  /** Raised attention flags by reason (engine/attention.ts decides them; this module stores them). */
+  /** Raised attention flags by reason (engine/supervision/attention.ts decides them; this module stores them). */
   attention?: Record<string, { since?: number; detail?: string; ack_by?: string; ack_at?: number }>
   /** The 15-minute UTC quarter of start_time; present once the record is in the block counts. */
   slot?: number

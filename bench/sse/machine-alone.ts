@@ -1,6 +1,6 @@
 // The session machine alone: what a turn costs in XState, without HTTP, streams or the store,
 // beside two baselines measured the same way in the same run:
-//   session   engine/machine.ts, its effects provided as the host provides them minus their I/O:
+//   session   engine/session/machine.ts, its effects provided as the host provides them minus their I/O:
 //             startTurn answers the turn (gen.completed) a microtask later, as a generation that
 //             writes at once does; the other effects do nothing
 //   lean      a minimal XState machine: the same four states, the same events per turn, a
@@ -16,7 +16,7 @@
 import { execFileSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { assign, createActor, setup } from 'xstate'
-import { activeState, initialContext, SESSION_EFFECTS, sessionMachine, type SessionEvent } from '../../engine/machine.js'
+import { activeState, initialContext, SESSION_EFFECTS, sessionMachine, type SessionEvent } from '../../engine/session/machine.js'
 
 const SESSIONS = Number(process.env.MACHINE_SESSIONS ?? 1000)
 const TURNS = Number(process.env.MACHINE_TURNS ?? 20)

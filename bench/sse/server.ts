@@ -130,7 +130,7 @@ async function startSwitchboard(): Promise<number> {
 
 /**
  * The channel's replies, computed as the scripted crew does ("You said: <text>"). Its words come
- * at once, so the channel writes them as one assistant.response (engine/generation.ts): so does
+ * at once, so the channel writes them as one assistant.response (engine/session/generation.ts): so does
  * this server, so both send the same frames.
  */
 function replyFrames(sessionId: string, turnId: number, message: string) {
@@ -219,7 +219,7 @@ async function startUws(): Promise<number> {
 /**
  * The floor of the lighter design: its essential parts and nothing else, to show what a turn
  * must cost with them. uWebSockets.js as the bare server uses it; per session one XState actor
- * of the real machine (engine/machine.ts) whose effects write the turn's history entries and
+ * of the real machine (engine/session/machine.ts) whose effects write the turn's history entries and
  * SSE frames; the entries and the control state committed to the embedded store's ordered log
  * (platform/store OrderedLog), one write per session per 2 ms window; the 201 once its entry is
  * committed, as the service does. No generic gateway, hub, transport, conversation, report
@@ -229,7 +229,7 @@ async function startFloor(): Promise<number> {
   const { loadNativeUws } = await import('../../gateway/uws.js')
   const { LmdbStore } = await import('../../platform/store/lmdb-store.js')
   const { createActor } = await import('xstate')
-  const { initialContext, persistedControl, replyId, SESSION_EFFECTS, sessionMachine } = await import('../../engine/machine.js')
+  const { initialContext, persistedControl, replyId, SESSION_EFFECTS, sessionMachine } = await import('../../engine/session/machine.js')
   const uws = loadNativeUws()
   const app = uws.App()
   const store = new LmdbStore({ path: `/tmp/switchboard-floor-${randomUUID()}`, sweepIntervalMs: 0 })

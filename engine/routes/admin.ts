@@ -2,7 +2,7 @@
 // needs the admin role and a UserId header, which the history records.
 import { Invalid } from '../../platform/errors.js'
 import type { JsonRoute, RequestContext, Route } from '../../platform/http.js'
-import type { ContextMessageInput } from '../machine.js'
+import type { ContextMessageInput } from '../session/machine.js'
 import type { SessionCommand, SessionTransport } from '../transport.js'
 import { body, userIdOf, uuidParam } from './common.js'
 

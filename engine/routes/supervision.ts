@@ -3,9 +3,9 @@
 import { Invalid } from '../../platform/errors.js'
 import type { JsonRoute } from '../../platform/http.js'
 import { enumParam, intParam, invalidParameter } from '../../gateway/query.js'
-import { ATTENTION_REASONS, type AttentionReason } from '../attention.js'
-import { decodeCursor, LISTING_STATES, type SessionDirectory } from '../session-directory.js'
-import type { Presence } from '../session-watch.js'
+import { ATTENTION_REASONS, type AttentionReason } from '../supervision/attention.js'
+import { decodeCursor, LISTING_STATES, type SessionDirectory } from '../supervision/session-directory.js'
+import type { Presence } from '../supervision/session-watch.js'
 import { ADMIN_BASE } from './admin.js'
 import { userIdOf, uuidParam } from './common.js'
 

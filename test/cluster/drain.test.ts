@@ -14,7 +14,7 @@
 import t from 'tap'
 import { connect } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
-import { OWNERS_BUCKET } from '../../engine/ownership.js'
+import { OWNERS_BUCKET } from '../../engine/cluster/ownership.js'
 import { call, mongoUrlFor } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse, type SseClient, type SseEvent } from '../support/sse.js'

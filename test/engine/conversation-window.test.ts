@@ -3,7 +3,7 @@
 // conversation, and the whole conversation stays in the history log.
 import t from 'tap'
 import fc from 'fast-check'
-import { CONTEXT_WINDOW_MESSAGES, digestAdd, digestOf, emptyDigest, summarize, summarizeDigest, SUMMARY_NOTES } from '../../engine/conversation.js'
+import { CONTEXT_WINDOW_MESSAGES, digestAdd, digestOf, emptyDigest, summarize, summarizeDigest, SUMMARY_NOTES } from '../../engine/session/conversation.js'
 import type { ConversationMessage } from '../../engine/types.js'
 import { effectSession, T0 } from './fixtures/effect-session.js'
 

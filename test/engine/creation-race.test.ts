@@ -6,9 +6,9 @@
 // session's activity, later ended the session in the store while the user was talking.
 import t from 'tap'
 import { parseCrews } from '../../engine/crews.js'
-import { SessionHost } from '../../engine/host.js'
+import { SessionHost } from '../../engine/host/host.js'
 import { ScriptedProvider } from '../../engine/providers/scripted.js'
-import { SESSIONS } from '../../engine/session-store.js'
+import { SESSIONS } from '../../engine/persistence/session-store.js'
 import { InProcessTransport, type TransportEvent } from '../../engine/transport.js'
 import { MemoryBus } from '../../platform/bus/index.js'
 import { loadConfig } from '../../platform/config.js'

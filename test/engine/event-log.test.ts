@@ -2,7 +2,7 @@
 // an event is its serialised SSE lines (the same bytes every stream was sent).
 import t from 'tap'
 import fc from 'fast-check'
-import { bodyOf, MemoryEventLog, type StreamEvent } from '../../engine/event-log.js'
+import { bodyOf, MemoryEventLog, type StreamEvent } from '../../engine/streams/event-log.js'
 import { eventBody } from '../../gateway/sse.js'
 
 const event = (seq: number, text = 'x'): StreamEvent => ({ kind: 'event', seq, epoch: 0, name: 'assistant.message', data: { sessionId: 's', text } })

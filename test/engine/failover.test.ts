@@ -8,7 +8,7 @@
 import t from 'tap'
 import { connect } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
-import { OWNERS_BUCKET } from '../../engine/ownership.js'
+import { OWNERS_BUCKET } from '../../engine/cluster/ownership.js'
 import { call, mongoUrlFor, startTestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession } from '../support/sse.js'

@@ -1,4 +1,4 @@
-// The gateway's channel hub after its link to the sessions comes back (engine/hub.ts resync):
+// The gateway's channel hub after its link to the sessions comes back (engine/streams/hub.ts resync):
 // what went by while it was away reaches its streams, even when the link drops and comes back
 // again while the hub is still reading the log from the first time.
 //
@@ -10,7 +10,7 @@
 // test lets them go. Both cuts over a real nats-server are in test/engine/nats-transport.test.ts.
 import t from 'tap'
 import { createEngine } from '../../engine/index.js'
-import { ChannelHub } from '../../engine/hub.js'
+import { ChannelHub } from '../../engine/streams/hub.js'
 import type { SessionTransport, TransportEvent, TransportListener } from '../../engine/transport.js'
 import { MemoryBus } from '../../platform/bus/index.js'
 import { loadConfig } from '../../platform/config.js'

@@ -15,7 +15,7 @@ import {
   type SessionContext,
   type SessionEvent,
   type SessionTerms,
-} from '../../engine/machine.js'
+} from '../../engine/session/machine.js'
 import type { PendingTool } from '../../engine/types.js'
 
 const T0 = 1_700_000_000_000

@@ -9,7 +9,7 @@ import { Kvm } from '@nats-io/kv'
 import { call, mongoUrlFor, startTestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse } from '../support/sse.js'
-import { OWNERS_BUCKET } from '../../engine/ownership.js'
+import { OWNERS_BUCKET } from '../../engine/cluster/ownership.js'
 import { startTcpProxy } from '../support/tcp-proxy.js'
 import { crewsFile, DEFAULT_CREWS } from './fixtures/crews.js'
 

@@ -7,7 +7,7 @@
 import t from 'tap'
 import { connect } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
-import { OWNERS_BUCKET } from '../../engine/ownership.js'
+import { OWNERS_BUCKET } from '../../engine/cluster/ownership.js'
 import { MongoStore } from '../../platform/store/index.js'
 import { mongoUrlFor, startTestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'

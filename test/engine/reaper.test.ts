@@ -1,11 +1,11 @@
-// The orphan reaper (engine/reaper.ts): sessions left live in the store by a host that went
+// The orphan reaper (engine/host/reaper.ts): sessions left live in the store by a host that went
 // away without closing them are closed as idle timeouts by another host once their idle
 // deadline has passed, and their crew slots come back, once each.
 import t from 'tap'
 import { randomUUID } from 'node:crypto'
 import { createEngine, type Engine } from '../../engine/index.js'
 import { parseCrews } from '../../engine/crews.js'
-import { OrphanReaper } from '../../engine/reaper.js'
+import { OrphanReaper } from '../../engine/host/reaper.js'
 import { MemoryBus } from '../../platform/bus/index.js'
 import { loadConfig } from '../../platform/config.js'
 import { createLogger } from '../../platform/logger.js'

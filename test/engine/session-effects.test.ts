@@ -1,10 +1,10 @@
-// What a session's transitions write and publish (engine/session-effects.ts), with the real
+// What a session's transitions write and publish (engine/session/session-effects.ts), with the real
 // machine and conversation, and the property a restore rests on: a checkpoint plus the history
-// written after it rebuilds the session it was taken of (engine/session-restore.ts).
+// written after it rebuilds the session it was taken of (engine/persistence/session-restore.ts).
 import t from 'tap'
 import fc from 'fast-check'
-import { persistedControl, type SessionEvent } from '../../engine/machine.js'
-import { rebuild } from '../../engine/session-restore.js'
+import { persistedControl, type SessionEvent } from '../../engine/session/machine.js'
+import { rebuild } from '../../engine/persistence/session-restore.js'
 import type { PendingTool } from '../../engine/types.js'
 import { effectSession, T0 } from './fixtures/effect-session.js'
 

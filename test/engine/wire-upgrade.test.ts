@@ -16,7 +16,7 @@
 import t from 'tap'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
-import { OWNERS_BUCKET } from '../../engine/ownership.js'
+import { OWNERS_BUCKET } from '../../engine/cluster/ownership.js'
 import type { NatsBus } from '../../platform/bus/index.js'
 import { call, mongoUrlFor, startTestService, type TestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'

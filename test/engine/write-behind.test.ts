@@ -3,8 +3,8 @@
 // write succeeds. Consumer ids per session are bounded on the engine side.
 import t from 'tap'
 import { parseCrews } from '../../engine/crews.js'
-import { SessionHost } from '../../engine/host.js'
-import type { SessionStore } from '../../engine/session-store.js'
+import { SessionHost } from '../../engine/host/host.js'
+import type { SessionStore } from '../../engine/persistence/session-store.js'
 import { ScriptedProvider } from '../../engine/providers/scripted.js'
 import { InProcessTransport } from '../../engine/transport.js'
 import type { TransportEvent } from '../../engine/transport.js'
@@ -191,8 +191,8 @@ t.test('consumer ids per session are bounded on the engine side; the least recen
 })
 
 t.test('a message waits for its own history entry: a failed checkpoint of an earlier batch does not acknowledge an entry still being written', async t => {
-  const { WriteBehind } = await import('../../engine/session-writer.js')
-  const { SessionStore } = await import('../../engine/session-store.js')
+  const { WriteBehind } = await import('../../engine/persistence/session-writer.js')
+  const { SessionStore } = await import('../../engine/persistence/session-store.js')
   const logger = createLogger('silent')
   const store = new SessionStore(new MemoryStore())
   // Gates: the first checkpoint write fails when told to; the second batch's journal write waits.
@@ -230,8 +230,8 @@ t.test('a message waits for its own history entry: a failed checkpoint of an ear
 })
 
 t.test('a history read waits for the entries asked for: an earlier batch`s checkpoint that ends does not count a later batch`s entries as written', async t => {
-  const { WriteBehind } = await import('../../engine/session-writer.js')
-  const { SessionStore } = await import('../../engine/session-store.js')
+  const { WriteBehind } = await import('../../engine/persistence/session-writer.js')
+  const { SessionStore } = await import('../../engine/persistence/session-store.js')
   const store = new SessionStore(new MemoryStore())
   // Gates: the first checkpoint write waits until released (then succeeds); the second batch's journal write waits.
   let releaseCheckpoint!: () => void
@@ -267,8 +267,8 @@ t.test('a history read waits for the entries asked for: an earlier batch`s check
 })
 
 t.test('checkpoints follow the policy: not again for what the opening covers, then every N entries with the record`s counts; quiet only once one covers everything', async t => {
-  const { WriteBehind } = await import('../../engine/session-writer.js')
-  const { SessionStore } = await import('../../engine/session-store.js')
+  const { WriteBehind } = await import('../../engine/persistence/session-writer.js')
+  const { SessionStore } = await import('../../engine/persistence/session-store.js')
   const store = new SessionStore(new MemoryStore())
   const written: string[] = []
   store.writeCheckpoint = async (_id, write) => {

@@ -1,13 +1,13 @@
-// A session live on this node, as the host keeps it (engine/host.ts), and what the host asks of
+// A session live on this node, as the host keeps it (engine/host/host.ts), and what the host asks of
 // its actor's snapshot: whether it is between turns, mid-reply, or busy.
 import type { Actor } from 'xstate'
 import type { Conversation } from './conversation.js'
-import type { Crew } from './crews.js'
+import type { Crew } from '../crews.js'
 import type { Generation } from './generation.js'
 import { activeState, type sessionMachine, type SessionSnapshot } from './machine.js'
-import type { SessionWriter } from './session-writer.js'
-import type { TransportListener } from './transport.js'
-import type { PublishedEvent } from './types.js'
+import type { SessionWriter } from '../persistence/session-writer.js'
+import type { TransportListener } from '../transport.js'
+import type { PublishedEvent } from '../types.js'
 
 export interface LiveSession {
   id: string

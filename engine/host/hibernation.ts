@@ -1,9 +1,9 @@
 // Hibernation (ENGINE_HIBERNATE_AFTER_MS): a session quiet for that long (between turns, nothing
 // pending) lets its actor and conversation go, once its checkpoint covers everything (asked for
-// when it does not yet); its next command wakes it from the store (engine/host.ts). Quiet
+// when it does not yet); its next command wakes it from the store (engine/host/host.ts). Quiet
 // sessions wait in the order they became quiet; a periodic pass takes those quiet long enough,
 // a bounded number per macrotask, oldest first.
-import { isQuiet, type LiveSession } from './live-session.js'
+import { isQuiet, type LiveSession } from '../session/live-session.js'
 
 /** Sessions looked at per macrotask by one pass (the rest in the next, setImmediate). */
 const PASS_SLICE = 200

@@ -1,19 +1,19 @@
 // A turn's generation: asks the crew's assistant provider for the reply, publishes its text to
 // the session's streams as it comes, and tells the machine once how it ended (its text and tool
 // calls, or the failure). The host starts one when the machine enters `generating`
-// (engine/session-effects.ts) and cancels it when the machine leaves that state early.
+// (engine/session/session-effects.ts) and cancels it when the machine leaves that state early.
 //
 // Streamed text is published per write window, not per provider chunk: deltas that arrive
 // before the loop gets round to writing (the same macrotask) go out as one `assistant.response`
 // event. A provider that streams word by word over time gives an event per word; one that
 // produces a reply at once gives one event. Either way the events' deltas, in `index` order,
 // add up to the reply's `assistant.message` text.
-import type { Logger } from '../platform/logger.js'
-import type { Crew } from './crews.js'
+import type { Logger } from '../../platform/logger.js'
+import type { Crew } from '../crews.js'
 import type { SessionEvent } from './machine.js'
-import type { AssistantProvider } from './providers/types.js'
+import type { AssistantProvider } from '../providers/types.js'
 import type { RequestedCall, ToolRunner } from './tools.js'
-import type { ConversationMessage, PendingTool } from './types.js'
+import type { ConversationMessage, PendingTool } from '../types.js'
 
 export interface GenerationDeps {
   providers: Record<string, AssistantProvider>

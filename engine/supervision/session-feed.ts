@@ -8,16 +8,16 @@
 // what the first missed; a resumed feed may repeat the changes of that window, which a client
 // applies by sessionId. Both reads are cursors on (updated_at, _id) that only move forward, so a
 // feed progresses whatever the rate of changes, and a tick reads at most `batch` rows for each.
-import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gateway/sse.js'
-import { OverloadGuard } from '../platform/overload.js'
-import { Invalid } from '../platform/errors.js'
-import type { StreamRoute } from '../platform/http.js'
-import type { Clock } from '../platform/clock.js'
+import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../../gateway/sse.js'
+import { OverloadGuard } from '../../platform/overload.js'
+import { Invalid } from '../../platform/errors.js'
+import type { StreamRoute } from '../../platform/http.js'
+import type { Clock } from '../../platform/clock.js'
 import type { ChangeCursor, SessionDirectory } from './session-directory.js'
-import type { SessionRecordDoc } from '../reports/index.js'
+import type { SessionRecordDoc } from '../../reports/index.js'
 import type { Presence } from './session-watch.js'
-import { userIdOf } from './routes/common.js'
-import { SESSIONS_PATH } from './routes/supervision.js'
+import { userIdOf } from '../routes/common.js'
+import { SESSIONS_PATH } from '../routes/supervision.js'
 
 export interface FeedOptions {
   pollMs: number

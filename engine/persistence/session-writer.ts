@@ -5,7 +5,7 @@
 // What a batch writes per session:
 //   - its new history entries and its control state, in one journal commit (session-store.ts):
 //     a turn's durable cost. A user message is acknowledged once its entry is committed;
-//   - its checkpoint (control and conversation, engine/session-store.ts), every `entries`
+//   - its checkpoint (control and conversation, engine/persistence/session-store.ts), every `entries`
 //     entries or when asked (hibernation, hand-over, stop): a restore folds the journal's
 //     entries after it, so what is not in it yet is not lost, and the fold stays short;
 //   - its report record's counts and last message, `countsMs` after the first entry they do not
@@ -17,12 +17,12 @@
 // few times, an entry or state that cannot be encoded is not retried at all; then the session
 // is marked unpersisted (logged once, counted, shown by /healthz) and its writer waits for the
 // session's next change to try once more (a success clears the mark).
-import type { Logger } from '../platform/logger.js'
-import type { Metrics } from '../platform/metrics.js'
-import type { PersistedControl } from './machine.js'
+import type { Logger } from '../../platform/logger.js'
+import type { Metrics } from '../../platform/metrics.js'
+import type { PersistedControl } from '../session/machine.js'
 import type { RecordWriter } from './record-writer.js'
 import type { CheckpointWrite, SessionStore } from './session-store.js'
-import type { HistoryEntry } from './types.js'
+import type { HistoryEntry } from '../types.js'
 
 /** What the writer asks the actor host about the session it writes. */
 export interface WrittenSession {

@@ -23,10 +23,10 @@ import {
   type JetStreamClient,
   type JetStreamManager,
 } from '@nats-io/jetstream'
-import { Unavailable } from '../platform/errors.js'
-import type { Logger } from '../platform/logger.js'
-import type { Wire } from '../platform/wire.js'
-import { isNewer, type EventLog, type LogPosition, type StreamEvent } from './event-log.js'
+import { Unavailable } from '../../platform/errors.js'
+import type { Logger } from '../../platform/logger.js'
+import type { Wire } from '../../platform/wire.js'
+import { isNewer, type EventLog, type LogPosition, type StreamEvent } from '../streams/event-log.js'
 
 export const EVENTS_STREAM = 'SB_SESSION_EVENTS'
 export const eventsSubject = (sessionId: string) => `sb.session.${sessionId}.events`

@@ -2,8 +2,8 @@
 // deadlines, armed from the machine's context after every event. Time lives in the machine as
 // absolute deadlines; a timer only wakes the host, which sends the machine an event whose guard
 // decides (a session active since the timer was armed is not expired by it).
-import type { Clock } from '../platform/clock.js'
-import type { PendingTool } from './types.js'
+import type { Clock } from '../../platform/clock.js'
+import type { PendingTool } from '../types.js'
 
 export interface SessionTimers {
   idleTimer: { deadline: number; timer: NodeJS.Timeout } | null

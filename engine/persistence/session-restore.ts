@@ -4,10 +4,10 @@
 // entries) when it is at least as recent as the checkpoint. A user message the control state does
 // not know of (its batch's control record was not written) leaves a reply owed: it was
 // acknowledged, so it is answered.
-import { Conversation } from './conversation.js'
-import type { PersistedControl } from './machine.js'
+import { Conversation } from '../session/conversation.js'
+import type { PersistedControl } from '../session/machine.js'
 import type { PersistedSession } from './session-store.js'
-import type { HistoryEntry } from './types.js'
+import type { HistoryEntry } from '../types.js'
 
 export interface RebuiltSession {
   conversation: Conversation

@@ -4,13 +4,13 @@
 // (event `channel`, no id: streamed chunks a history entry later sums up). It subscribes to the
 // transport directly, so it is no channel consumer (no consumer slot, no delivery position).
 // Presence: who watches which session, from the open watch streams of this process.
-import { Invalid, NotFound } from '../platform/errors.js'
-import { OverloadGuard } from '../platform/overload.js'
-import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../gateway/sse.js'
-import type { StreamRoute } from '../platform/http.js'
-import type { SessionTransport } from './transport.js'
-import { userIdOf, uuidParam } from './routes/common.js'
-import { ADMIN_BASE } from './routes/admin.js'
+import { Invalid, NotFound } from '../../platform/errors.js'
+import { OverloadGuard } from '../../platform/overload.js'
+import { eventBody, HeartbeatWheel, parseLastEventId, SseStream } from '../../gateway/sse.js'
+import type { StreamRoute } from '../../platform/http.js'
+import type { SessionTransport } from '../transport.js'
+import { userIdOf, uuidParam } from '../routes/common.js'
+import { ADMIN_BASE } from '../routes/admin.js'
 
 /** Who watches a session now, told when that set changes (not when a second tab of the same UserId opens). */
 export interface PresenceChange {

@@ -1,19 +1,19 @@
 // The actor host: owns the live session actors of this process. It turns transport commands
 // into machine events (refusing what the machine would ignore), provides the machine's effects
-// (engine/session-effects.ts: history, published events, the turn's generation and tools),
+// (engine/session/session-effects.ts: history, published events, the turn's generation and tools),
 // fans published events out to listeners, rebuilds sessions persisted by any node
-// (engine/session-restore.ts), and keeps deadlines armed (engine/deadlines.ts). What a session
-// leaves in the store goes through its SessionWriter (engine/session-writer.ts) to the
-// SessionStore (engine/session-store.ts).
+// (engine/persistence/session-restore.ts), and keeps deadlines armed (engine/host/deadlines.ts). What a session
+// leaves in the store goes through its SessionWriter (engine/persistence/session-writer.ts) to the
+// SessionStore (engine/persistence/session-store.ts).
 import { createActor, type Actor, type AnyActorRef } from 'xstate'
-import { OverloadGuard } from '../platform/overload.js'
-import { Invalid, InvalidState, NotFound, sessionNotFound, ShuttingDown, Unavailable } from '../platform/errors.js'
-import type { Platform } from '../platform/index.js'
-import { OffLoopStore, type Store } from '../platform/store/index.js'
-import { settledWithin } from '../platform/timing.js'
-import type { SessionRecorder } from '../reports/index.js'
-import type { CrewCatalog, Crew } from './crews.js'
-import { CrewSlots } from './crew-slots.js'
+import { OverloadGuard } from '../../platform/overload.js'
+import { Invalid, InvalidState, NotFound, sessionNotFound, ShuttingDown, Unavailable } from '../../platform/errors.js'
+import type { Platform } from '../../platform/index.js'
+import { OffLoopStore, type Store } from '../../platform/store/index.js'
+import { settledWithin } from '../../platform/timing.js'
+import type { SessionRecorder } from '../../reports/index.js'
+import type { CrewCatalog, Crew } from '../crews.js'
+import { CrewSlots } from '../persistence/crew-slots.js'
 import {
   activeState,
   assertCan,
@@ -31,24 +31,24 @@ import {
   type SessionMachine,
   type SessionSnapshot,
   type SessionTerms,
-} from './machine.js'
-import { ToolRunner } from './tools.js'
-import type { AssistantProvider } from './providers/types.js'
-import { type GenerationDeps, startGeneration } from './generation.js'
-import { snapshotView } from './snapshot-view.js'
+} from '../session/machine.js'
+import { ToolRunner } from '../session/tools.js'
+import type { AssistantProvider } from '../providers/types.js'
+import { type GenerationDeps, startGeneration } from '../session/generation.js'
+import { snapshotView } from '../supervision/snapshot-view.js'
 import { Hibernation } from './hibernation.js'
-import { Conversation } from './conversation.js'
-import { MemoryEventLog, type EventLog, type StreamEventBody } from './event-log.js'
-import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from './transport.js'
-import { RecordWriter } from './record-writer.js'
-import { AttentionRules } from './attention.js'
-import { SessionStore, type Checkpoint, type CheckpointWrite } from './session-store.js'
-import { WriteBehind, type CheckpointPolicy } from './session-writer.js'
-import { isBusy, type LiveSession, settled, touchConsumer } from './live-session.js'
-import { log, openingOf, sessionEffects } from './session-effects.js'
-import { rebuild } from './session-restore.js'
+import { Conversation } from '../session/conversation.js'
+import { MemoryEventLog, type EventLog, type StreamEventBody } from '../streams/event-log.js'
+import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from '../transport.js'
+import { RecordWriter } from '../persistence/record-writer.js'
+import { AttentionRules } from '../supervision/attention.js'
+import { SessionStore, type Checkpoint, type CheckpointWrite } from '../persistence/session-store.js'
+import { WriteBehind, type CheckpointPolicy } from '../persistence/session-writer.js'
+import { isBusy, type LiveSession, settled, touchConsumer } from '../session/live-session.js'
+import { log, openingOf, sessionEffects } from '../session/session-effects.js'
+import { rebuild } from '../persistence/session-restore.js'
 import { Deadlines } from './deadlines.js'
-import { customerOf } from './session-directory.js'
+import { customerOf } from '../supervision/session-directory.js'
 
 export interface HostOptions {
   platform: Platform
@@ -67,7 +67,7 @@ export interface HostOptions {
   durableAcks?: boolean
   /** Overrides ENGINE_HIBERNATE_AFTER_MS (0: never). */
   hibernateAfterMs?: number
-  /** Batch size and retry policy of the write-behind (defaults in engine/session-writer.ts). */
+  /** Batch size and retry policy of the write-behind (defaults in engine/persistence/session-writer.ts). */
   writeBehind?: { batch?: number; maxAttempts?: number; retryMs?: number; checkpoints?: CheckpointPolicy }
   /**
    * Where sessions persist (default: the platform's store). An OffLoopStore (writes in the
@@ -76,7 +76,7 @@ export interface HostOptions {
   store?: Store
 }
 
-/** Ownership of sessions across engine nodes; see engine/ownership.ts. */
+/** Ownership of sessions across engine nodes; see engine/cluster/ownership.ts. */
 export interface SessionLeases {
   /** The fencing token of this node's lease on the session, or undefined when it does not hold one. */
   token(sessionId: string): number | undefined
@@ -128,7 +128,7 @@ export class SessionHost {
   readonly events: EventLog
   /** Every live session's journal and checkpoint writes, batched off the turn's path. */
   readonly writeBehind: WriteBehind
-  /** Quiet sessions let their actor go (engine/hibernation.ts). */
+  /** Quiet sessions let their actor go (engine/host/hibernation.ts). */
   private readonly hibernation: Hibernation
   /** Sessions of this node with a turn in flight (ENGINE_MAX_TURNS_IN_FLIGHT). */
   private turnsInFlight = 0
@@ -292,7 +292,7 @@ export class SessionHost {
     return rules
   }
 
-  /** How many live sessions are no longer being saved (reported by /healthz; see engine/session-writer.ts). */
+  /** How many live sessions are no longer being saved (reported by /healthz; see engine/persistence/session-writer.ts). */
   get sessionsNotPersisted(): number {
     return this.writeBehind.unpersistedSessions().count
   }
@@ -755,7 +755,7 @@ export class SessionHost {
     // from its document, which is not a tombstone yet.
     const closed = (async () => {
       await live.writer.flushed()
-      // Conditional: two nodes closing the same session (reapers racing, engine/reaper.ts)
+      // Conditional: two nodes closing the same session (reapers racing, engine/host/reaper.ts)
       // free its crew slot once, whoever turns the document into a tombstone first.
       if (await this.store.markDestroyed(live.id, { reason: live.closedAs!, at: this.now })) {
         await this.slots.release(live.accountId, live.crew.id)

@@ -1,14 +1,14 @@
 // The crews' tools as the actor host runs them: builtin handlers run here, in process; external
 // ones are left to the customer's system, which answers with `external.resolve` before their
 // deadline (the host arms that deadline as a timer). Which calls run is the machine's decision
-// (engine/machine.ts); this module says what a call is and what it answers.
+// (engine/session/machine.ts); this module says what a call is and what it answers.
 import { randomUUID } from 'node:crypto'
-import { Invalid } from '../platform/errors.js'
-import type { Clock } from '../platform/clock.js'
-import type { Crew, CrewCatalog, ToolDefinition } from './crews.js'
+import { Invalid } from '../../platform/errors.js'
+import type { Clock } from '../../platform/clock.js'
+import type { Crew, CrewCatalog, ToolDefinition } from '../crews.js'
 import type { SessionEvent } from './machine.js'
-import type { SessionCommand } from './transport.js'
-import type { PendingTool } from './types.js'
+import type { SessionCommand } from '../transport.js'
+import type { PendingTool } from '../types.js'
 
 /** A tool call an assistant asked for in its reply. */
 export interface RequestedCall {

@@ -1,21 +1,21 @@
 // The gateway side of the channel: consumers and their SSE streams. One feed per session fans
 // every event out to every consumer of that session on this gateway. The SSE id of an event is
-// its seq in the session's event log (engine/event-log.ts), the same on every gateway, so a
+// its seq in the session's event log (engine/streams/event-log.ts), the same on every gateway, so a
 // `listen` with Last-Event-ID resumes through any gateway: what the client missed is read back
 // from the log, then it is live. Frames of one consumer only (`session.consumer.attached`,
 // heartbeats, `reconnect_required`, `stream.gap`) carry the id of the last event it was sent.
 // A consumer that falls behind is dropped with `reconnect_required` and never slows the session
 // or the other consumers.
 import { randomUUID } from 'node:crypto'
-import { Invalid, LimitReached, sessionNotFound, ShuttingDown, Unavailable } from '../platform/errors.js'
-import type { StreamSink } from '../platform/http.js'
-import { eventBody, HeartbeatWheel, SseStream } from '../gateway/sse.js'
-import type { Logger } from '../platform/logger.js'
-import type { Metrics } from '../platform/metrics.js'
-import { OverloadGuard } from '../platform/overload.js'
-import type { StreamPlace } from '../platform/stream-shares.js'
+import { Invalid, LimitReached, sessionNotFound, ShuttingDown, Unavailable } from '../../platform/errors.js'
+import type { StreamSink } from '../../platform/http.js'
+import { eventBody, HeartbeatWheel, SseStream } from '../../gateway/sse.js'
+import type { Logger } from '../../platform/logger.js'
+import type { Metrics } from '../../platform/metrics.js'
+import { OverloadGuard } from '../../platform/overload.js'
+import type { StreamPlace } from '../../platform/stream-shares.js'
 import { bodyOf, isNewer } from './event-log.js'
-import type { CreateSessionRequest, SessionTarget, SessionTransport, Subscription, TransportEvent } from './transport.js'
+import type { CreateSessionRequest, SessionTarget, SessionTransport, Subscription, TransportEvent } from '../transport.js'
 
 export interface HubOptions {
   heartbeatMs: number

@@ -1,5 +1,5 @@
 // What a session leaves in the store: its journal and its document. The actor host writes them,
-// the orphan reaper (engine/reaper.ts) reads and closes them; this module alone knows how they
+// the orphan reaper (engine/host/reaper.ts) reads and closes them; this module alone knows how they
 // are kept.
 //
 //   journal   an ordered log (platform/store OrderedLog) per session: its history entries at
@@ -8,14 +8,14 @@
 //             turn costs one commit, not a document rewrite.
 //   document  the session's metadata (account, crew, consumers, deadlines, fence, event ids) and
 //             its checkpoint: control and conversation as of a history seq. Written when the
-//             session opens and then every few dozen entries or seconds (engine/session-writer.ts),
+//             session opens and then every few dozen entries or seconds (engine/persistence/session-writer.ts),
 //             when it hibernates, is handed over or stops; a restore takes the checkpoint and
 //             folds the journal's entries after it. Then a tombstone.
-import type { Collection, Doc, OrderedLog, Store } from '../platform/store/index.js'
-import type { ConversationState } from './conversation.js'
-import { emptyDigest, digestOf } from './conversation.js'
-import type { PersistedControl, SessionContext } from './machine.js'
-import type { HistoryEntry } from './types.js'
+import type { Collection, Doc, OrderedLog, Store } from '../../platform/store/index.js'
+import type { ConversationState } from '../session/conversation.js'
+import { emptyDigest, digestOf } from '../session/conversation.js'
+import type { PersistedControl, SessionContext } from '../session/machine.js'
+import type { HistoryEntry } from '../types.js'
 
 export const SESSIONS = 'engine_sessions'
 export const SESSION_JOURNAL = 'engine_session_journal'
@@ -142,7 +142,7 @@ export class SessionStore {
   async ensureIndexes() {
     await this.store.ensureIndexes(SESSIONS, [
       { name: 'account_crew_state', key: { accountId: 1, crewId: 1, state: 1 } },
-      // The orphan reaper (engine/reaper.ts): live sessions whose idle deadline has passed.
+      // The orphan reaper (engine/host/reaper.ts): live sessions whose idle deadline has passed.
       { name: 'state_idle_deadline', key: { state: 1, 'deadlines.idle': 1 } },
       // Tombstones of destroyed sessions are kept a day (a late call says "destroyed", then 404).
       // Partial: a live session has no entry (no null key written with every new session).

@@ -2,7 +2,7 @@
 // (their node died: kill -9, OOM) and whose idle deadline has passed, exactly as their idle
 // timeout would have — state `destroyed`, reason `idle_timeout`, report record `abandoned`, crew
 // slot released once. Without it such a session is restored only on its next command; one whose
-// client never comes back would hold its crew slot (engine/crew-slots.ts) for ever.
+// client never comes back would hold its crew slot (engine/persistence/crew-slots.ts) for ever.
 //
 // Every process that hosts sessions runs one (the in-process host, every engine node). Every
 // ENGINE_REAPER_INTERVAL_MS it looks up live session documents whose persisted idle deadline
@@ -22,13 +22,13 @@
 // Both closes are conditional updates on the session document (still active/paused; here also
 // the idle deadline read by the scan unchanged), and the crew slot is released only when that
 // update matched: two reapers (or a reaper and a returning client) release a slot once.
-import type { Clock } from '../platform/clock.js'
-import type { Logger } from '../platform/logger.js'
-import type { Store } from '../platform/store/index.js'
-import { SessionRecorder } from '../reports/index.js'
-import { CrewSlots } from './crew-slots.js'
+import type { Clock } from '../../platform/clock.js'
+import type { Logger } from '../../platform/logger.js'
+import type { Store } from '../../platform/store/index.js'
+import { SessionRecorder } from '../../reports/index.js'
+import { CrewSlots } from '../persistence/crew-slots.js'
 import type { SessionHost } from './host.js'
-import { SessionStore, type ExpiredSession } from './session-store.js'
+import { SessionStore, type ExpiredSession } from '../persistence/session-store.js'
 
 export interface ReaperOptions {
   host: SessionHost

@@ -4,12 +4,12 @@
 // counts per turn, transfers, pause/resume, close), so one indexed query answers the same in one
 // process and across engine nodes over NATS — no fan-out to the nodes, no second copy (a KV
 // bucket) to keep in step, and a closed session stays listed after its node is gone.
-import { InvalidState, sessionNotFound } from '../platform/errors.js'
-import type { Collection, Filter, Store } from '../platform/store/index.js'
-import type { Clock } from '../platform/clock.js'
-import { SESSION_RECORDS, SessionRecorder, type LastMessage, type SessionRecordDoc, type SessionStatus } from '../reports/index.js'
+import { InvalidState, sessionNotFound } from '../../platform/errors.js'
+import type { Collection, Filter, Store } from '../../platform/store/index.js'
+import type { Clock } from '../../platform/clock.js'
+import { SESSION_RECORDS, SessionRecorder, type LastMessage, type SessionRecordDoc, type SessionStatus } from '../../reports/index.js'
 import { awaitingReplySince, DEFAULT_NO_REPLY_SECONDS, flagsOf, type AttentionFlag, type AttentionReason } from './attention.js'
-import type { CrewCatalog } from './crews.js'
+import type { CrewCatalog } from '../crews.js'
 
 /** How long a closed session stays in the default listing. */
 export const RECENTLY_CLOSED_MS = 60 * 60_000
@@ -27,7 +27,7 @@ export interface ListingQuery {
   cursor?: ListingCursor
 }
 
-/** A position in the (updated_at, _id) order of the records: the last change read (engine/session-feed.ts). */
+/** A position in the (updated_at, _id) order of the records: the last change read (engine/supervision/session-feed.ts). */
 export interface ChangeCursor {
   at: number
   id: string
@@ -64,7 +64,7 @@ export interface ListedSession {
   lastMessage: LastMessage | null
   /** Unix ms of the user message still without an assistant reply, or null. */
   awaitingReplySince: number | null
-  /** Why the session needs a human now (engine/attention.ts); empty when it does not. */
+  /** Why the session needs a human now (engine/supervision/attention.ts); empty when it does not. */
   attention: AttentionFlag[]
   /** Who it is with, from the session's arguments (customerOf); null when they name nobody. */
   customer: Customer | null
@@ -147,7 +147,7 @@ export class SessionDirectory {
   ensureIndexes() {
     return this.store.ensureIndexes(SESSION_RECORDS, [
       { name: 'account_start_id', key: { accountId: 1, start_time: -1, _id: -1 }, partitionFields: 1 },
-      // The lifecycle feed (engine/session-feed.ts): the account's records in (updated_at, _id)
+      // The lifecycle feed (engine/supervision/session-feed.ts): the account's records in (updated_at, _id)
       // order from a cursor. With _id in the key MongoDB serves that sort from the index and
       // stops at the limit, instead of sorting every record changed since in memory.
       { name: 'account_updated', key: { accountId: 1, updated_at: 1, _id: 1 }, partitionFields: 1 },

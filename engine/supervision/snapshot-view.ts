@@ -1,9 +1,9 @@
 // The snapshot a supervisor or a SIP handoff backend reads of a live session
 // (GET .../snapshot): where the session stands, how it is configured, and the recent window of
 // its conversation the assistant works with (the whole conversation is GET .../history).
-import type { Conversation } from './conversation.js'
-import type { Crew } from './crews.js'
-import { stateName, type SessionSnapshot } from './machine.js'
+import type { Conversation } from '../session/conversation.js'
+import type { Crew } from '../crews.js'
+import { stateName, type SessionSnapshot } from '../session/machine.js'
 
 export interface SnapshotSource {
   sessionId: string

@@ -2,9 +2,9 @@
 // counts the same sessions. A slot document per (account, crew) holds the live count; taking a
 // slot is one conditional upsert: when the count is at the limit the filter matches nothing and
 // the upsert collides with the existing document's _id, which is the "full" answer.
-import { LimitReached } from '../platform/errors.js'
-import { DuplicateKeyError, type Collection, type Doc, type Store } from '../platform/store/index.js'
-import type { Crew } from './crews.js'
+import { LimitReached } from '../../platform/errors.js'
+import { DuplicateKeyError, type Collection, type Doc, type Store } from '../../platform/store/index.js'
+import type { Crew } from '../crews.js'
 
 export const CREW_SLOTS = 'engine_crew_slots'
 

@@ -1,10 +1,10 @@
 // The assistant session as a pure XState v5 machine: its states, the events each state takes,
 // and what each transition changes in a small context (one assign per transition). What a
 // transition does outside the machine is a named effect (`record…`, `startTurn`, `runTools`,
-// ...) whose implementation the actor host provides (engine/session-effects.ts): the history
+// ...) whose implementation the actor host provides (engine/session/session-effects.ts): the history
 // entries, the published events, the turn's generation and tools. The conversation itself (its
 // recent window, summary, arguments) is kept beside the actor, folded from the history entries
-// (engine/conversation.ts), so a transition never copies it. Guards read context and event
+// (engine/session/conversation.ts), so a transition never copies it. Guards read context and event
 // only; time arrives inside events (`at`).
 //
 //   active.idle ──user.message / attend──▶ active.generating ──gen.completed(tools)──▶ active.tooling
@@ -17,7 +17,7 @@
 // Effects are listed before the transition's assign: they see the context as it was when the
 // event came (the reply's turn, the call being answered); entry effects see it after.
 import { assign, setup, type SnapshotFrom } from 'xstate'
-import type { PendingTool } from './types.js'
+import type { PendingTool } from '../types.js'
 
 /** What a session may do, fixed when it opens (the crew's agents and limits). */
 export interface SessionTerms {
@@ -145,7 +145,7 @@ export const sessionMachine = setup({
     idleDeadlinePassed: ({ context, event }) => event.type === 'session.expire' && event.at >= context.idleDeadline,
   },
   actions: {
-    // Effects (engine/session-effects.ts).
+    // Effects (engine/session/session-effects.ts).
     ...effects,
 
     // What transitions change: one assign each.

@@ -1,10 +1,10 @@
-// What a session's transitions do outside its machine (engine/machine.ts names them): the
+// What a session's transitions do outside its machine (engine/session/machine.ts names them): the
 // history entries they write, the events they publish to the session's streams, the turn's
 // generation and tools. Every history entry goes through `log`: numbered, folded into the
 // session's conversation, and handed to its writer (journal, report record) in one place.
 import type { AnyActorRef } from 'xstate'
 import { applyModifiers, Guardrails } from './conversation.js'
-import type { Crew } from './crews.js'
+import type { Crew } from '../crews.js'
 import type { LiveSession } from './live-session.js'
 import {
   answeredCall,
@@ -15,7 +15,7 @@ import {
   type SessionEvent,
   type SessionTerms,
 } from './machine.js'
-import type { HistoryEntry, OutboundSpec, PendingTool, PublishedEvent } from './types.js'
+import type { HistoryEntry, OutboundSpec, PendingTool, PublishedEvent } from '../types.js'
 
 /** What the effects need of the actor host. */
 export interface EffectHost {

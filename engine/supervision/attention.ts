@@ -11,7 +11,7 @@
 // no_reply is computed when read (from the times of the last user and assistant messages), so
 // nothing has to wake up per session to raise it. A flag raised again after it was acknowledged
 // counts as new (its `since` is later than the acknowledgement).
-import type { HistoryEntry } from './types.js'
+import type { HistoryEntry } from '../types.js'
 
 export const ATTENTION_REASONS = ['guardrail', 'assistant_error', 'tool_result_awaited', 'human_requested', 'no_reply'] as const
 export type AttentionReason = (typeof ATTENTION_REASONS)[number]

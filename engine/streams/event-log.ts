@@ -11,8 +11,8 @@
 // its own epoch) conditionally on the log's last entry; a node that lost its lease may still
 // flush events it buffered while partitioned, but they land after that mark with an older
 // epoch, and readers drop them (isNewer).
-import { eventBody } from '../gateway/sse.js'
-import type { PublishedEvent } from './types.js'
+import { eventBody } from '../../gateway/sse.js'
+import type { PublishedEvent } from '../types.js'
 
 export type StreamEventBody = ({ kind: 'event' } & PublishedEvent) | { kind: 'closed'; reason: string } | { kind: 'owner' }
 /**
@@ -31,7 +31,7 @@ export interface EventLog {
   /**
    * Whether the log outlives the process that appends (JetStream does, the in-memory ring does
    * not): a restore after that process died asks it for the last id. Otherwise the owner keeps a
-   * bound on its ids in the session's document (engine/host.ts, EVENT_ID_RESERVE).
+   * bound on its ids in the session's document (engine/host/host.ts, EVENT_ID_RESERVE).
    */
   readonly durable: boolean
   /** Records the session's next event (the owner only, seq already assigned). */

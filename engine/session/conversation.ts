@@ -1,6 +1,6 @@
 // The conversation of a session: modifiers, guardrails, the running summary
 // (ResumenConversacion), and the Conversation kept beside the session's actor. No I/O.
-import type { ConversationMessage, HistoryEntry, Modifiers } from './types.js'
+import type { ConversationMessage, HistoryEntry, Modifiers } from '../types.js'
 
 /** The crew's style applied to literal text (static outbound, impersonation) on request. */
 export function applyModifiers(text: string, modifiers: Modifiers | undefined): string {
@@ -202,7 +202,7 @@ export class Conversation {
     return { messages: this.messages.slice(), digest: { ...this.digest }, arguments: this.arguments, turnAfter: this.turnAfter }
   }
 
-  /** Takes one history entry (engine/session-effects.ts writes them) into the conversation. */
+  /** Takes one history entry (engine/session/session-effects.ts writes them) into the conversation. */
   apply(entry: HistoryEntry) {
     const id = `m${entry.seq}`
     const at = entry.at

@@ -10,7 +10,7 @@
 //   sb.engine.<node>.ping     liveness probe between nodes             ''                  -> {node, live}
 //   sb.session.<id>.events    owner -> gateways holding streams: {kind, seq, epoch, ...} (a
 //                             StreamEvent), also kept by the SB_SESSION_EVENTS JetStream stream
-//                             for replay (engine/jetstream-event-log.ts)
+//                             for replay (engine/cluster/jetstream-event-log.ts)
 //
 //   Reply = {ok: true, result} | {ok: false, error} | {ok: false, redirect: <node>}, in the
 //   version of the request it answers; `error` is a domain error: {kind, code, message, extra,
@@ -23,13 +23,13 @@
 import { setTimeout as delay } from 'node:timers/promises'
 import { randomUUID } from 'node:crypto'
 import { TimeoutError, type Msg, type NatsConnection, type Subscription as NatsSubscription } from '@nats-io/transport-node'
-import { DomainError, InvalidState, NotFound, TimedOut, Unavailable } from '../platform/errors.js'
-import type { Logger } from '../platform/logger.js'
-import { Wire, type WireError, type WireMessage, type WireVersion } from '../platform/wire.js'
-import type { SessionHost } from './host.js'
+import { DomainError, InvalidState, NotFound, TimedOut, Unavailable } from '../../platform/errors.js'
+import type { Logger } from '../../platform/logger.js'
+import { Wire, type WireError, type WireMessage, type WireVersion } from '../../platform/wire.js'
+import type { SessionHost } from '../host/host.js'
 import { eventsSubject, type JetStreamEventLog } from './jetstream-event-log.js'
 import { isNoResponders, NodeDirectory, nodeSubject, Ownership } from './ownership.js'
-import type { SessionStore } from './session-store.js'
+import type { SessionStore } from '../persistence/session-store.js'
 import type {
   CreateSessionRequest,
   FeedSubscription,
@@ -39,7 +39,7 @@ import type {
   Subscription,
   TransportEvent,
   TransportListener,
-} from './transport.js'
+} from '../transport.js'
 
 export const commandSubject = (sessionId: string) => `sb.session.${sessionId}.cmd`
 export const CREATE_ANY = 'sb.engine.create'
