@@ -25,7 +25,7 @@ import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv'
 import { Unavailable } from '../../platform/errors.js'
 import type { Logger } from '../../platform/logger.js'
 import type { Wire } from '../../platform/wire.js'
-import type { SessionLeases } from '../host/host.js'
+import type { SessionLeases } from '../host/host-options.js'
 
 export const NODES_BUCKET = 'sb_engine_nodes'
 export const OWNERS_BUCKET = 'sb_session_owners'

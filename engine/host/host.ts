@@ -8,11 +8,9 @@
 import { createActor, type Actor, type AnyActorRef } from 'xstate'
 import { OverloadGuard } from '../../platform/overload.js'
 import { Invalid, InvalidState, NotFound, sessionNotFound, ShuttingDown, Unavailable } from '../../platform/errors.js'
-import type { Platform } from '../../platform/index.js'
-import { OffLoopStore, type Store } from '../../platform/store/index.js'
+import { OffLoopStore } from '../../platform/store/index.js'
 import { settledWithin } from '../../platform/timing.js'
-import type { SessionRecorder } from '../../reports/index.js'
-import type { CrewCatalog, Crew } from '../crews.js'
+import type { Crew } from '../crews.js'
 import { CrewSlots } from '../persistence/crew-slots.js'
 import {
   activeState,
@@ -33,7 +31,6 @@ import {
   type SessionTerms,
 } from '../session/machine.js'
 import { ToolRunner } from '../session/tools.js'
-import type { AssistantProvider } from '../providers/types.js'
 import { type GenerationDeps, startGeneration } from '../session/generation.js'
 import { snapshotView } from '../supervision/snapshot-view.js'
 import { Hibernation } from './hibernation.js'
@@ -43,46 +40,13 @@ import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTar
 import { RecordWriter } from '../persistence/record-writer.js'
 import { AttentionRules } from '../supervision/attention.js'
 import { SessionStore, type Checkpoint, type CheckpointWrite } from '../persistence/session-store.js'
-import { WriteBehind, type CheckpointPolicy } from '../persistence/session-writer.js'
+import { WriteBehind } from '../persistence/session-writer.js'
 import { isBusy, type LiveSession, settled, touchConsumer } from '../session/live-session.js'
 import { log, openingOf, sessionEffects } from '../session/session-effects.js'
 import { rebuild } from '../persistence/session-restore.js'
 import { Deadlines } from './deadlines.js'
 import { customerOf } from '../supervision/session-directory.js'
-
-export interface HostOptions {
-  platform: Platform
-  crews: CrewCatalog
-  recorder: SessionRecorder
-  providers: Record<string, AssistantProvider>
-  idleTimeoutMs: number
-  maxToolRounds?: number
-  /** Default deadline of external tools without their own timeoutMs. */
-  externalToolTimeoutMs?: number
-  /** Engine nodes over NATS: this node writes a session only while it holds the session's lease. */
-  leases?: SessionLeases
-  /** Where published events are kept for replay (default: in memory, SSE_REPLAY_BUFFER_EVENTS per session). */
-  events?: EventLog
-  /** A user message is acknowledged only once its history entry is written (survives a node's death). */
-  durableAcks?: boolean
-  /** Overrides ENGINE_HIBERNATE_AFTER_MS (0: never). */
-  hibernateAfterMs?: number
-  /** Batch size and retry policy of the write-behind (defaults in engine/persistence/session-writer.ts). */
-  writeBehind?: { batch?: number; maxAttempts?: number; retryMs?: number; checkpoints?: CheckpointPolicy }
-  /**
-   * Where sessions persist (default: the platform's store). An OffLoopStore (writes in the
-   * store's write thread, ENGINE_WRITE_THREAD) is released when the host stops.
-   */
-  store?: Store
-}
-
-/** Ownership of sessions across engine nodes; see engine/cluster/ownership.ts. */
-export interface SessionLeases {
-  /** The fencing token of this node's lease on the session, or undefined when it does not hold one. */
-  token(sessionId: string): number | undefined
-  /** The session left this node: `finished` (destroyed: the lease goes) or `dropped` (lease lost or lapsed). */
-  unloaded(sessionId: string, why: 'finished' | 'dropped', accountId: string): void
-}
+import type { HostOptions } from './host-options.js'
 
 /**
  * In one process the event log dies with the process, and a restore after a kill -9 would
