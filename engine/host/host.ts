@@ -5,7 +5,6 @@
 // (engine/persistence/session-restore.ts), and keeps deadlines armed (engine/host/deadlines.ts). What a session
 // leaves in the store goes through its SessionWriter (engine/persistence/session-writer.ts) to the
 // SessionStore (engine/persistence/session-store.ts).
-import { createActor, type Actor, type AnyActorRef } from 'xstate'
 import { OverloadGuard } from '../../platform/overload.js'
 import { Invalid, InvalidState, NotFound, sessionNotFound, ShuttingDown, Unavailable } from '../../platform/errors.js'
 import { OffLoopStore } from '../../platform/store/index.js'
@@ -17,16 +16,11 @@ import {
   assertCan,
   IllegalMoveError,
   initialContext,
-  persistedControl,
   replyId,
-  restoredSnapshot,
-  sessionMachine,
   stateName,
   toolsAllowed,
-  type PersistedControl,
   type SessionContext,
   type SessionEvent,
-  type SessionMachine,
   type SessionSnapshot,
   type SessionTerms,
 } from '../session/machine.js'
@@ -37,16 +31,17 @@ import { Hibernation } from './hibernation.js'
 import { Conversation } from '../session/conversation.js'
 import { MemoryEventLog, type EventLog, type StreamEventBody } from '../streams/event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from '../transport.js'
-import { RecordWriter } from '../persistence/record-writer.js'
-import { AttentionRules } from '../supervision/attention.js'
-import { SessionStore, type Checkpoint, type CheckpointWrite } from '../persistence/session-store.js'
+import { SessionStore } from '../persistence/session-store.js'
 import { WriteBehind } from '../persistence/session-writer.js'
 import { isBusy, type LiveSession, settled, touchConsumer } from '../session/live-session.js'
-import { log, openingOf, sessionEffects } from '../session/session-effects.js'
+import { log, openingOf } from '../session/session-effects.js'
 import { rebuild } from '../persistence/session-restore.js'
 import { Deadlines } from './deadlines.js'
 import { customerOf } from '../supervision/session-directory.js'
+import { encodeCheckpoint } from './checkpoint.js'
 import type { HostOptions } from './host-options.js'
+import { LiveSessions, type Origin } from './live-sessions.js'
+import { SessionActors } from './session-actors.js'
 
 /**
  * In one process the event log dies with the process, and a restore after a kill -9 would
@@ -64,27 +59,12 @@ const EVENT_ID_RESERVE = 1000
  */
 const CLOSE_NOTICE_WAIT_MS = 2_000
 
-/** What a live session starts from: a new session's opening, or what the store held. */
-interface Origin {
-  conversation: Conversation
-  /** Seq of the last history entry, and the seq the stored checkpoint covers. */
-  seq: number
-  checkpointed: number
-  /** The seq the stored report record's counts cover. */
-  counted: number
-  createdAt: number
-  updatedAt: number
-}
-
 export class SessionHost {
-  private readonly live = new Map<string, LiveSession>()
-  private readonly loading = new Map<string, Promise<LiveSession | null>>()
-  /** The live session of each running actor (the effects are told the actor). */
-  private readonly actors = new WeakMap<AnyActorRef, LiveSession>()
+  private readonly sessions: LiveSessions
+  private readonly actors: SessionActors
   private readonly store: SessionStore
   private readonly slots: CrewSlots
   private readonly tools: ToolRunner
-  private readonly machine: SessionMachine
   private readonly generations: GenerationDeps
   private readonly deadlines: Deadlines<LiveSession>
   private stopped = false
@@ -94,8 +74,6 @@ export class SessionHost {
   readonly writeBehind: WriteBehind
   /** Quiet sessions let their actor go (engine/host/hibernation.ts). */
   private readonly hibernation: Hibernation
-  /** Sessions of this node with a turn in flight (ENGINE_MAX_TURNS_IN_FLIGHT). */
-  private turnsInFlight = 0
   private readonly overload: OverloadGuard
   private readonly terms: Omit<SessionTerms, 'agents'>
 
@@ -131,9 +109,16 @@ export class SessionHost {
     })
     this.deadlines = new Deadlines<LiveSession>(options.platform.clock, { idle: live => this.expire(live), tool: (live, id) => this.expireTool(live, id) })
     this.generations = { providers: options.providers, tools: this.tools, now: () => this.now, logger }
-    this.machine = sessionMachine.provide({
-      actions: sessionEffects({
-        sessionOf: actor => this.actors.get(actor)!,
+    this.sessions = new LiveSessions({
+      writeBehind: this.writeBehind,
+      recorder: options.recorder,
+      logger,
+      metrics,
+      fenceOf: sessionId => this.fenceOf(sessionId),
+      lost: (live, why) => this.drop(live, why),
+    })
+    this.actors = new SessionActors({
+      effects: {
         publish: (live, name, data) => this.publish(live, name, data),
         generate: (live, context) => this.generate(live, context),
         // Cancelled, and kept until the next turn's: a pause's entry says whether it cut a reply a user saw begin.
@@ -142,7 +127,9 @@ export class SessionHost {
           if (calls.length) this.tools.run(live.crew.id, calls, event => this.deliver(live, event))
         },
         now: () => this.now,
-      }),
+      },
+      logger,
+      failed: live => this.finish(live),
     })
   }
 
@@ -158,7 +145,7 @@ export class SessionHost {
   }
 
   liveCount() {
-    return this.live.size
+    return this.sessions.size
   }
 
   // ---------------------------------------------------------------- create
@@ -185,15 +172,15 @@ export class SessionHost {
     // copy answered an empty history, and its idle timer, never pushed by the real session's
     // activity, ended the session while the user was talking. A dialer attempt's id is its
     // session's id and is visible as soon as the attempt is recorded: it can be asked for early.
-    await this.loading.get(id)?.catch(() => null)
+    await this.sessions.loading.get(id)?.catch(() => null)
     const opening = this.open(request, crew, listener)
     const waiting = opening.catch(() => null) // a creation that failed: the waiting request finds nothing
-    this.loading.set(id, waiting)
+    this.sessions.loading.set(id, waiting)
     try {
       const live = await opening
       return { unsubscribe: () => live.listeners.delete(listener) }
     } finally {
-      if (this.loading.get(id) === waiting) this.loading.delete(id)
+      if (this.sessions.loading.get(id) === waiting) this.sessions.loading.delete(id)
     }
   }
 
@@ -232,14 +219,14 @@ export class SessionHost {
     // A checkpoint that could not be encoded is tried again by the write-behind, and reported as
     // any unencodable state is.
     const origin: Origin = { conversation, seq, checkpointed: checkpoint === null ? 0 : seq, counted: 0, createdAt: at, updatedAt: at }
-    const live = this.register(request.sessionId, request.accountId, crew, [request.consumerId], origin)
+    const live = this.sessions.register(request.sessionId, request.accountId, crew, [request.consumerId], origin)
     live.eventBound = eventSeqBound ?? 0
     live.listeners.add(listener)
     live.writer.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: context.agentId, startTime: at, customer: customerOf(request.arguments) })
     for (const entry of opening.entries) live.writer.append(entry)
     this.emit(live, { kind: 'event', name: 'Initialized', data: { sessionId: request.sessionId, consumerId: request.consumerId } })
     for (const event of opening.publish) this.publish(live, event.name, event.data)
-    this.bind(live, createActor(this.machine, { input: context }))
+    this.actors.bind(live, this.actors.fresh(context))
     // The stored count is the floor a restore numbers events from (after a crash of the only
     // process, the events sent are known nowhere else): if the start published another number
     // than counted above, the next checkpoint writes the real one.
@@ -248,106 +235,15 @@ export class SessionHost {
     return live
   }
 
-  /** Each crew's attention rules, compiled once. */
-  private readonly attentionRules = new WeakMap<Crew, AttentionRules>()
-  private attentionRulesOf(crew: Crew): AttentionRules {
-    let rules = this.attentionRules.get(crew)
-    if (!rules) this.attentionRules.set(crew, (rules = new AttentionRules(crew.attention)))
-    return rules
-  }
-
   /** How many live sessions are no longer being saved (reported by /healthz; see engine/persistence/session-writer.ts). */
   get sessionsNotPersisted(): number {
     return this.writeBehind.unpersistedSessions().count
   }
 
-  /** The session left this process (ended, dropped or handed over). */
-  private released(live: LiveSession) {
-    this.options.platform.metrics.sessionsLive.dec({ crew: live.crew.id })
-    live.generation?.cancel()
-    live.generation = null
-    live.writer.closed()
-  }
-
-  private register(id: string, accountId: string, crew: Crew, consumers: string[], origin: Origin): LiveSession {
-    const live: LiveSession = {
-      id,
-      accountId,
-      crew,
-      actor: null,
-      conversation: origin.conversation,
-      seq: origin.seq,
-      createdAt: origin.createdAt,
-      updatedAt: origin.updatedAt,
-      generation: null,
-      waking: null,
-      pins: 0,
-      busy: false,
-      quietSince: 0,
-      unbind: null,
-      listeners: new Set(),
-      eventSeq: 0,
-      eventBound: 0,
-      consumers: new Set(consumers),
-      writer: this.writeBehind.writer(
-        {
-          id,
-          finished: () => live.finished,
-          control: () => (live.actor ? persistedControl(live.actor.getSnapshot()) : undefined),
-          checkpoint: () => this.checkpointOf(live),
-          fence: () => this.fenceOf(id),
-          lost: why => this.drop(live, why),
-        },
-        new RecordWriter(this.options.recorder, id, this.options.platform.logger, this.attentionRulesOf(crew), origin.counted),
-        origin.checkpointed,
-      ),
-      idleTimer: null,
-      idleDeadline: Number.MAX_SAFE_INTEGER,
-      toolTimers: new Map(),
-      finished: false,
-      closedAs: null,
-      closingNotice: null,
-      cleanup: null,
-    }
-    this.live.set(id, live)
-    this.options.platform.metrics.sessionsLive.inc({ crew: crew.id })
-    return live
-  }
-
-  /** Makes `actor` the session's actor and starts it (at creation, restore or wake-up). */
-  private bind(live: LiveSession, actor: Actor<SessionMachine>) {
-    this.actors.set(actor, live)
-    // An effect that throws fails the actor: the session ends instead of the process.
-    const failures = actor.subscribe({
-      error: error => {
-        this.options.platform.logger.error('session actor failed', { sessionId: live.id, error })
-        this.finish(live)
-      },
-    })
-    live.actor = actor
-    live.unbind = () => {
-      failures.unsubscribe()
-      this.actors.delete(actor)
-    }
-    actor.start()
-  }
-
-  private countTurn(live: LiveSession, busy: boolean) {
-    if (live.busy === busy) return
-    live.busy = busy
-    this.turnsInFlight += busy ? 1 : -1
-  }
-
-  /** The session's actor; a hibernated session must be woken first (obtain() does). */
-  private awake(live: LiveSession): Actor<SessionMachine> {
-    if (!live.actor) throw new Error(`session ${live.id} is hibernated`)
-    return live.actor
-  }
-
   // ---------------------------------------------------------------- hibernation
 
   private hibernate(live: LiveSession) {
-    const actor = this.awake(live)
+    const actor = this.actors.awake(live)
     live.unbind?.()
     live.unbind = null
     live.actor = null
@@ -359,7 +255,7 @@ export class SessionHost {
 
   /** The session leaves this node without ending: its actor stops (a hibernated one has none). */
   private letGo(live: LiveSession) {
-    this.countTurn(live, false)
+    this.sessions.countTurn(live, false)
     if (live.actor) {
       live.unbind?.()
       live.actor.stop()
@@ -382,21 +278,17 @@ export class SessionHost {
       if (live.actor || live.finished) return
       const rebuilt = rebuild(persisted, entries)
       live.conversation = rebuilt.conversation
-      this.bind(live, this.restoredActor(rebuilt.control))
+      this.actors.bind(live, this.actors.restored(rebuilt.control))
       this.options.platform.metrics.sessionsHibernated.dec()
     })().finally(() => (live.waking = null))
     return live.waking
-  }
-
-  private restoredActor(control: PersistedControl): Actor<SessionMachine> {
-    return createActor(this.machine, { snapshot: restoredSnapshot(this.machine, control), input: control.context })
   }
 
   // ---------------------------------------------------------------- commands
 
   /** The live session (restored here if needed, woken unless `wake` is false); 404 unless it lives for the account. */
   private async obtain(target: SessionTarget, wake = true): Promise<LiveSession> {
-    let live = this.live.get(target.sessionId) ?? null
+    let live = this.sessions.get(target.sessionId) ?? null
     if (!live) live = await this.restore(target.sessionId)
     // Closing: answered once its close is written (CLOSE_NOTICE_WAIT_MS at most), so whoever is
     // told 404 finds its tombstone and close reason in the store, from any node.
@@ -415,7 +307,7 @@ export class SessionHost {
   /** The close reason an account's ended session left in its tombstone (null: not known to have ended). */
   closeReason(target: SessionTarget): Promise<string | null> {
     // Closing here: its tombstone may not be written yet.
-    const live = this.live.get(target.sessionId)
+    const live = this.sessions.get(target.sessionId)
     if (live?.closedAs && live.accountId === target.accountId) return Promise.resolve(live.closedAs)
     return this.store.closeReason(target.sessionId, target.accountId)
   }
@@ -466,7 +358,7 @@ export class SessionHost {
 
   /** Is the session live on this node? (Not once it is finished, while its close is written.) */
   hosts(sessionId: string): boolean {
-    const live = this.live.get(sessionId)
+    const live = this.sessions.get(sessionId)
     return live !== undefined && !live.finished
   }
 
@@ -498,7 +390,7 @@ export class SessionHost {
         return snapshotView({
           sessionId: live.id,
           crew: live.crew,
-          snapshot: this.awake(live).getSnapshot(),
+          snapshot: this.actors.awake(live).getSnapshot(),
           conversation: live.conversation!,
           logPosition: live.seq,
           createdAt: live.createdAt,
@@ -513,7 +405,7 @@ export class SessionHost {
         }
         // Refused before anything is recorded: a refused message is not in the conversation.
         // The turn limit applies to a message that would start a turn (one in flight takes it in).
-        this.overload.admit('turn', { turnsInFlight: live.busy ? 0 : this.turnsInFlight })
+        this.overload.admit('turn', { turnsInFlight: live.busy ? 0 : this.sessions.turnsInFlight })
         touchConsumer(live, command.consumerId)
         this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
         if (this.options.durableAcks) {
@@ -534,7 +426,7 @@ export class SessionHost {
       case 'external.resolve':
         return this.resolve(live, command, at)
       case 'admin.transfer': {
-        const context = this.awake(live).getSnapshot().context
+        const context = this.actors.awake(live).getSnapshot().context
         if (!context.terms.agents.includes(command.target)) {
           throw new Invalid('UNKNOWN_AGENT', `Agent ${command.target} is not an agent of crew ${live.crew.id}`, { agents: context.terms.agents })
         }
@@ -572,7 +464,7 @@ export class SessionHost {
 
   /** Sends a command's event the machine accepts, or refuses it with 409. */
   private send(live: LiveSession, event: SessionEvent) {
-    const actor = this.awake(live)
+    const actor = this.actors.awake(live)
     try {
       assertCan(actor.getSnapshot(), event)
     } catch (error) {
@@ -595,7 +487,7 @@ export class SessionHost {
   }
 
   private resolve(live: LiveSession, command: Extract<SessionCommand, { type: 'external.resolve' }>, at: number) {
-    const context = this.awake(live).getSnapshot().context
+    const context = this.actors.awake(live).getSnapshot().context
     const pending = context.pendingTools.find(p => p.correlationId === command.correlationId)
     if (!pending) {
       if (context.resolved.includes(command.correlationId)) {
@@ -649,7 +541,7 @@ export class SessionHost {
     const snapshot = live.actor.getSnapshot()
     if (snapshot.status === 'done') return this.finish(live)
     if (snapshot.status !== 'active') return
-    this.countTurn(live, isBusy(snapshot))
+    this.sessions.countTurn(live, isBusy(snapshot))
     this.deadlines.arm(live, snapshot.context.idleDeadline, snapshot.context.pendingTools)
     if (live.pins === 0) this.hibernation.note(live)
   }
@@ -676,7 +568,7 @@ export class SessionHost {
     live.toolTimers.delete(correlationId)
     if (live.finished) return
     const event: SessionEvent = { type: 'tool.expire', correlationId, at: this.now }
-    const actor = this.awake(live) // a session with pending tools is never hibernated
+    const actor = this.actors.awake(live) // a session with pending tools is never hibernated
     if (actor.getSnapshot().can(event)) {
       actor.send(event)
       this.afterEvent(live)
@@ -689,31 +581,13 @@ export class SessionHost {
 
   // ---------------------------------------------------------------- persistence, close, queries
 
-  /** What the session's document keeps of it at a checkpoint; undefined while hibernated. */
-  private checkpointOf(live: LiveSession): CheckpointWrite | undefined {
-    if (!live.actor || !live.conversation) return undefined
-    const snapshot = live.actor.getSnapshot()
-    const control = persistedControl(snapshot)
-    const context = control.context
-    const checkpoint: Checkpoint = { control, conversation: live.conversation.state(), logPosition: live.seq, createdAt: live.createdAt, updatedAt: live.updatedAt }
-    return {
-      state: snapshot.value === 'paused' ? 'paused' : 'active',
-      agentId: context.agentId,
-      checkpoint: JSON.stringify(checkpoint),
-      logPosition: live.seq,
-      eventSeq: live.eventSeq,
-      deadlines: { idle: context.idleDeadline, tools: context.pendingTools.flatMap(p => (p.deadline === undefined ? [] : [p.deadline])) },
-      updatedAt: live.updatedAt,
-    }
-  }
-
   private finish(live: LiveSession) {
     if (live.finished) return
     live.finished = true
-    const context = this.awake(live).getSnapshot().context
+    const context = this.actors.awake(live).getSnapshot().context
     this.deadlines.clear(live)
     live.closedAs = context.closed?.reason ?? 'destroyed'
-    this.released(live)
+    this.sessions.released(live)
     // Resources released: the journal goes; a tombstone says it was destroyed. The session stays
     // in `live`, finished, until then: a command meanwhile answers 404 instead of restoring it
     // from its document, which is not a tombstone yet.
@@ -740,8 +614,8 @@ export class SessionHost {
       .finally(() => live.writer.closed())
       .catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
       .finally(() => {
-        if (live.actor) this.actors.delete(live.actor)
-        if (this.live.get(live.id) === live) this.live.delete(live.id)
+        this.actors.forget(live)
+        this.sessions.forget(live)
         this.options.leases?.unloaded(live.id, 'finished', live.accountId)
       })
     const cleanup = live.cleanup
@@ -755,7 +629,7 @@ export class SessionHost {
     const entries = page.slice(0, limit).map(entry => ({ ...entry, at: new Date(entry.at).toISOString() }))
     return {
       sessionId: live.id,
-      state: stateName(this.awake(live).getSnapshot()),
+      state: stateName(this.actors.awake(live).getSnapshot()),
       logPosition: live.seq,
       data: entries,
       hasMore: page.length > limit,
@@ -766,12 +640,12 @@ export class SessionHost {
 
   /** Rebuilds a session persisted by this or another node (timers re-armed from its deadlines). */
   restore(sessionId: string): Promise<LiveSession | null> {
-    const existing = this.live.get(sessionId)
+    const existing = this.sessions.get(sessionId)
     if (existing) return Promise.resolve(existing)
-    let loading = this.loading.get(sessionId)
+    let loading = this.sessions.loading.get(sessionId)
     if (!loading) {
-      loading = this.load(sessionId).finally(() => this.loading.delete(sessionId))
-      this.loading.set(sessionId, loading)
+      loading = this.load(sessionId).finally(() => this.sessions.loading.delete(sessionId))
+      this.sessions.loading.set(sessionId, loading)
     }
     return loading
   }
@@ -801,13 +675,13 @@ export class SessionHost {
     const entries = await this.store.entriesAfter(sessionId, Math.min(covered, counted))
     const rebuilt = rebuild(persisted, entries)
     const origin: Origin = { conversation: rebuilt.conversation, seq: rebuilt.seq, checkpointed: covered, counted: Math.min(counted, rebuilt.seq), createdAt: persisted.checkpoint.createdAt, updatedAt: rebuilt.updatedAt }
-    const live = this.register(sessionId, persisted.accountId, crew, persisted.consumers.slice(-this.options.platform.config.engine.maxConsumerIdsPerSession), origin)
+    const live = this.sessions.register(sessionId, persisted.accountId, crew, persisted.consumers.slice(-this.options.platform.config.engine.maxConsumerIdsPerSession), origin)
     for (const entry of entries) live.writer.records.recount(entry)
     live.writer.records.flushCounts(rebuilt.seq)
     live.eventSeq = eventSeq
     // Its first event moves the bound ahead again.
     if (!this.events.durable) live.eventBound = eventSeq
-    this.bind(live, this.restoredActor(rebuilt.control))
+    this.actors.bind(live, this.actors.restored(rebuilt.control))
     log(live, 'session.restored', this.now, { logPosition: rebuilt.seq })
     this.afterEvent(live)
     // A restored idle session that owes a reply starts it (as a system attend) — unless the
@@ -842,14 +716,14 @@ export class SessionHost {
     live.listeners.clear()
     live.writer.discard()
     this.letGo(live)
-    if (this.live.get(live.id) === live) this.live.delete(live.id)
-    this.released(live)
+    this.sessions.forget(live)
+    this.sessions.released(live)
     this.options.leases?.unloaded(live.id, 'dropped', live.accountId)
   }
 
   /** Drops a session whose lease this node lost (called by the ownership); answers its account. */
   dropSession(sessionId: string, why: string): string | undefined {
-    const live = this.live.get(sessionId)
+    const live = this.sessions.get(sessionId)
     if (!live || live.finished) return undefined
     this.drop(live, why)
     return live.accountId
@@ -861,7 +735,7 @@ export class SessionHost {
    * session, for another node to restore. Answers the session's account (undefined: not here).
    */
   async handOver(sessionId: string, timeoutMs: number): Promise<string | undefined> {
-    const live = this.live.get(sessionId)
+    const live = this.sessions.get(sessionId)
     if (!live || live.finished) return undefined
     if (live.actor) await settled(live.actor, timeoutMs)
     if (live.finished) return undefined
@@ -872,8 +746,8 @@ export class SessionHost {
     live.finished = true
     live.listeners.clear()
     this.letGo(live)
-    if (this.live.get(live.id) === live) this.live.delete(live.id)
-    this.released(live)
+    this.sessions.forget(live)
+    this.sessions.released(live)
     return live.accountId
   }
 
@@ -883,14 +757,14 @@ export class SessionHost {
     this.hibernation.stop()
     this.writeBehind.stop()
     const released: Promise<void>[] = []
-    for (const live of [...this.live.values()]) {
+    for (const live of this.sessions.list()) {
       if (live.finished) continue // closing: its cleanup is awaited below
       this.deadlines.clear(live)
       live.writer.checkpoint()
       await live.writer.flushed()
       live.finished = true
       this.letGo(live)
-      this.released(live)
+      this.sessions.released(live)
       // Nothing more is published: the next process numbers on from the exact last id.
       if (live.eventBound) {
         released.push(
@@ -898,7 +772,7 @@ export class SessionHost {
         )
       }
     }
-    this.live.clear()
+    this.sessions.clear()
     await Promise.all(released)
     await Promise.all(this.cleanups)
     if (this.options.store instanceof OffLoopStore) await this.options.store.close()
@@ -906,15 +780,6 @@ export class SessionHost {
 
   /** For tests and the bench: the snapshot of a live session. */
   peek(sessionId: string): SessionSnapshot | undefined {
-    return this.live.get(sessionId)?.actor?.getSnapshot()
-  }
-}
-
-/** A checkpoint as the document keeps it (JSON text); null when it cannot be encoded. */
-function encodeCheckpoint(checkpoint: Checkpoint): string | null {
-  try {
-    return JSON.stringify(checkpoint)
-  } catch {
-    return null
+    return this.sessions.get(sessionId)?.actor?.getSnapshot()
   }
 }
