@@ -29,7 +29,7 @@ import { type GenerationDeps, startGeneration } from '../session/generation.js'
 import { snapshotView } from '../supervision/snapshot-view.js'
 import { Hibernation } from './hibernation.js'
 import { Conversation } from '../session/conversation.js'
-import { MemoryEventLog, type EventLog, type StreamEventBody } from '../streams/event-log.js'
+import { MemoryEventLog, type EventLog } from '../streams/event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from '../transport.js'
 import { SessionStore } from '../persistence/session-store.js'
 import { WriteBehind } from '../persistence/session-writer.js'
@@ -39,18 +39,10 @@ import { rebuild } from '../persistence/session-restore.js'
 import { Deadlines } from './deadlines.js'
 import { customerOf } from '../supervision/session-directory.js'
 import { encodeCheckpoint } from './checkpoint.js'
+import { EVENT_ID_RESERVE, EventPublisher } from './event-publisher.js'
 import type { HostOptions } from './host-options.js'
 import { LiveSessions, type Origin } from './live-sessions.js'
 import { SessionActors } from './session-actors.js'
-
-/**
- * In one process the event log dies with the process, and a restore after a kill -9 would
- * number events again from what the store knows, reusing ids a client already holds (and drops,
- * if it de-duplicates by id). So the document keeps a bound this far ahead of the ids, raised
- * when half of it is used (one small write per 500 events); a restore after a crash numbers on
- * from the bound (a resuming client gets a `stream.gap`), after a clean stop from the exact last id.
- */
-const EVENT_ID_RESERVE = 1000
 
 /**
  * How long a closing session's streams wait for its close to be written (tombstone, crew slot
@@ -62,6 +54,7 @@ const CLOSE_NOTICE_WAIT_MS = 2_000
 export class SessionHost {
   private readonly sessions: LiveSessions
   private readonly actors: SessionActors
+  private readonly publisher: EventPublisher
   private readonly store: SessionStore
   private readonly slots: CrewSlots
   private readonly tools: ToolRunner
@@ -117,9 +110,10 @@ export class SessionHost {
       fenceOf: sessionId => this.fenceOf(sessionId),
       lost: (live, why) => this.drop(live, why),
     })
+    this.publisher = new EventPublisher({ events: this.events, store: this.store, leases: options.leases, logger, drop: (live, why) => this.drop(live, why) })
     this.actors = new SessionActors({
       effects: {
-        publish: (live, name, data) => this.publish(live, name, data),
+        publish: (live, name, data) => this.publisher.publish(live, name, data),
         generate: (live, context) => this.generate(live, context),
         // Cancelled, and kept until the next turn's: a pause's entry says whether it cut a reply a user saw begin.
         stopGeneration: live => live.generation?.cancel(),
@@ -224,8 +218,8 @@ export class SessionHost {
     live.listeners.add(listener)
     live.writer.records.opened({ accountId: request.accountId, crewId: crew.id, agentId: context.agentId, startTime: at, customer: customerOf(request.arguments) })
     for (const entry of opening.entries) live.writer.append(entry)
-    this.emit(live, { kind: 'event', name: 'Initialized', data: { sessionId: request.sessionId, consumerId: request.consumerId } })
-    for (const event of opening.publish) this.publish(live, event.name, event.data)
+    this.publisher.emit(live, { kind: 'event', name: 'Initialized', data: { sessionId: request.sessionId, consumerId: request.consumerId } })
+    for (const event of opening.publish) this.publisher.publish(live, event.name, event.data)
     this.actors.bind(live, this.actors.fresh(context))
     // The stored count is the floor a restore numbers events from (after a crash of the only
     // process, the events sent are known nowhere else): if the start published another number
@@ -301,7 +295,7 @@ export class SessionHost {
 
   /** Restores the session here if needed; 404 unless it lives and belongs to the account. */
   async touch(target: SessionTarget): Promise<FeedSubscription['position']> {
-    return this.position(await this.obtain(target, false))
+    return this.publisher.position(await this.obtain(target, false))
   }
 
   /** The close reason an account's ended session left in its tombstone (null: not known to have ended). */
@@ -310,50 +304,6 @@ export class SessionHost {
     const live = this.sessions.get(target.sessionId)
     if (live?.closedAs && live.accountId === target.accountId) return Promise.resolve(live.closedAs)
     return this.store.closeReason(target.sessionId, target.accountId)
-  }
-
-  private position(live: LiveSession) {
-    return { seq: live.eventSeq, epoch: this.epochOf(live.id) }
-  }
-
-  private epochOf(sessionId: string) {
-    return this.options.leases?.token(sessionId) ?? 0
-  }
-
-  /** An event of the machine's effects for the session's streams (data led by the session id). */
-  private publish(live: LiveSession, name: string, data: Record<string, unknown>) {
-    if (name === 'session.closed') {
-      // Held back until the close is written (finish()).
-      live.closingNotice = { name, data: { sessionId: live.id, ...data } }
-      return
-    }
-    this.emit(live, { kind: 'event', name, data: { sessionId: live.id, ...data } })
-  }
-
-  /** Numbers the session's next event, hands it to this node's listeners and to the log. */
-  private emit(live: LiveSession, body: StreamEventBody) {
-    const epoch = this.epochOf(live.id)
-    if (this.options.leases && epoch === 0) {
-      // Over NATS, a node whose lease lapsed publishes nothing more: another node may own the
-      // session by now. Going on here would lose this event for good (its listeners wait for a
-      // reply that never comes), so the session is let go at once; the ownership takes it back
-      // if it is still this node's, and the restore gives the cut reply again. Not from inside
-      // the actor's own transition: on the next turn of the loop.
-      setImmediate(() => this.drop(live, 'lease lapsed: its events could not be published'))
-      return
-    }
-    const event = { ...body, seq: ++live.eventSeq, epoch }
-    if (live.eventBound && live.eventSeq > live.eventBound - EVENT_ID_RESERVE / 2) this.reserveEventIds(live)
-    for (const listener of live.listeners) listener(event)
-    this.events.append(live.id, event)
-  }
-
-  /** Moves the document's bound on the session's event ids ahead (EVENT_ID_RESERVE). */
-  private reserveEventIds(live: LiveSession) {
-    live.eventBound = live.eventSeq + EVENT_ID_RESERVE
-    this.store.reserveEventIds(live.id, live.eventBound).catch(error => {
-      this.options.platform.logger.warn('session event ids could not be reserved: after a crash a restore may reuse some', { sessionId: live.id, error })
-    })
   }
 
   /** Is the session live on this node? (Not once it is finished, while its close is written.) */
@@ -365,7 +315,7 @@ export class SessionHost {
   async subscribe(target: SessionTarget, listener: TransportListener): Promise<FeedSubscription> {
     const live = await this.obtain(target, false)
     live.listeners.add(listener)
-    return { unsubscribe: () => live.listeners.delete(listener), position: this.position(live) }
+    return { unsubscribe: () => live.listeners.delete(listener), position: this.publisher.position(live) }
   }
 
   async command(target: SessionTarget, command: SessionCommand): Promise<unknown> {
@@ -520,7 +470,7 @@ export class SessionHost {
       {
         chunk: (index, delta) => {
           if (live.finished) return
-          this.emit(live, { kind: 'event', name: 'assistant.response', data: { messageId: replyId(context), turnId: context.turnId, index, delta } })
+          this.publisher.emit(live, { kind: 'event', name: 'assistant.response', data: { messageId: replyId(context), turnId: context.turnId, index, delta } })
         },
         ended: event => {
           // Cancelled generations end nowhere, so the machine is still generating this one.
@@ -604,8 +554,8 @@ export class SessionHost {
       // slot is free, so a client that opens a new session on it is not refused for the old one;
       // a store that cannot be written holds the notice CLOSE_NOTICE_WAIT_MS at most.
       await settledWithin(closed, CLOSE_NOTICE_WAIT_MS)
-      if (live.closingNotice) this.emit(live, { kind: 'event', ...live.closingNotice })
-      this.emit(live, { kind: 'closed', reason: live.closedAs! })
+      if (live.closingNotice) this.publisher.emit(live, { kind: 'event', ...live.closingNotice })
+      this.publisher.emit(live, { kind: 'closed', reason: live.closedAs! })
       this.events.forget(live.id)
       live.listeners.clear()
       await closed
@@ -664,7 +614,7 @@ export class SessionHost {
     if (!crew) return null
     // Events go on after the last one published, by whichever node published it: as the log
     // says, or, when it does not know the session (in one process, after a crash), past the bound.
-    const fromLog = await this.events.takeOver(sessionId, this.epochOf(sessionId))
+    const fromLog = await this.events.takeOver(sessionId, this.publisher.epochOf(sessionId))
     const eventSeq = Math.max(persisted.eventSeq, fromLog || persisted.eventSeqBound)
     // The report record counts the entries up to its own seq: those after it are counted again
     // from the journal (after a crash, counts not yet written with a checkpoint).
