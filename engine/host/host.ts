@@ -13,8 +13,6 @@ import type { Crew } from '../crews.js'
 import { CrewSlots } from '../persistence/crew-slots.js'
 import {
   activeState,
-  assertCan,
-  IllegalMoveError,
   initialContext,
   replyId,
   stateName,
@@ -33,16 +31,18 @@ import { MemoryEventLog, type EventLog } from '../streams/event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from '../transport.js'
 import { SessionStore } from '../persistence/session-store.js'
 import { WriteBehind } from '../persistence/session-writer.js'
-import { isBusy, type LiveSession, settled, touchConsumer } from '../session/live-session.js'
+import { type LiveSession, settled, touchConsumer } from '../session/live-session.js'
 import { log, openingOf } from '../session/session-effects.js'
 import { rebuild } from '../persistence/session-restore.js'
 import { Deadlines } from './deadlines.js'
 import { customerOf } from '../supervision/session-directory.js'
 import { encodeCheckpoint } from './checkpoint.js'
 import { EVENT_ID_RESERVE, EventPublisher } from './event-publisher.js'
+import { Expiry } from './expiry.js'
 import type { HostOptions } from './host-options.js'
 import { LiveSessions, type Origin } from './live-sessions.js'
 import { SessionActors } from './session-actors.js'
+import { SessionDriver } from './session-driver.js'
 
 /**
  * How long a closing session's streams wait for its close to be written (tombstone, crew slot
@@ -55,6 +55,8 @@ export class SessionHost {
   private readonly sessions: LiveSessions
   private readonly actors: SessionActors
   private readonly publisher: EventPublisher
+  private readonly driver: SessionDriver
+  private readonly expiry: Expiry
   private readonly store: SessionStore
   private readonly slots: CrewSlots
   private readonly tools: ToolRunner
@@ -100,7 +102,7 @@ export class SessionHost {
       now: () => this.now,
       hibernate: live => this.hibernate(live),
     })
-    this.deadlines = new Deadlines<LiveSession>(options.platform.clock, { idle: live => this.expire(live), tool: (live, id) => this.expireTool(live, id) })
+    this.deadlines = new Deadlines<LiveSession>(options.platform.clock, { idle: live => this.expiry.idle(live), tool: (live, id) => this.expiry.tool(live, id) })
     this.generations = { providers: options.providers, tools: this.tools, now: () => this.now, logger }
     this.sessions = new LiveSessions({
       writeBehind: this.writeBehind,
@@ -118,13 +120,15 @@ export class SessionHost {
         // Cancelled, and kept until the next turn's: a pause's entry says whether it cut a reply a user saw begin.
         stopGeneration: live => live.generation?.cancel(),
         runTools: (live, calls) => {
-          if (calls.length) this.tools.run(live.crew.id, calls, event => this.deliver(live, event))
+          if (calls.length) this.tools.run(live.crew.id, calls, event => this.driver.deliver(live, event))
         },
         now: () => this.now,
       },
       logger,
       failed: live => this.finish(live),
     })
+    this.driver = new SessionDriver({ sessions: this.sessions, actors: this.actors, deadlines: this.deadlines, hibernation: this.hibernation, finish: live => this.finish(live) })
+    this.expiry = new Expiry({ driver: this.driver, actors: this.actors, deadlines: this.deadlines, wake: live => this.wake(live), logger, now: () => this.now })
   }
 
   private get now() {
@@ -225,7 +229,7 @@ export class SessionHost {
     // process, the events sent are known nowhere else): if the start published another number
     // than counted above, the next checkpoint writes the real one.
     if (live.eventSeq !== eventSeq) live.writer.checkpoint()
-    this.afterEvent(live)
+    this.driver.afterEvent(live)
     return live
   }
 
@@ -357,7 +361,7 @@ export class SessionHost {
         // The turn limit applies to a message that would start a turn (one in flight takes it in).
         this.overload.admit('turn', { turnsInFlight: live.busy ? 0 : this.sessions.turnsInFlight })
         touchConsumer(live, command.consumerId)
-        this.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
+        this.driver.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
         if (this.options.durableAcks) {
           // The message's entries (and those of the same step) are up to this seq; entries the
           // turn adds while we wait are not this message's.
@@ -370,7 +374,7 @@ export class SessionHost {
         return { accepted: true }
       case 'admin.toolinject': {
         const { event, reply } = this.tools.inject(live.crew, command, at)
-        this.send(live, event)
+        this.driver.send(live, event)
         return reply
       }
       case 'external.resolve':
@@ -383,15 +387,15 @@ export class SessionHost {
         if (command.target === context.agentId) {
           throw new InvalidState('ALREADY_ASSIGNED', `Session ${live.id} is already handled by agent ${command.target}`)
         }
-        this.send(live, { type: 'admin.transfer', userId: command.userId, target: command.target, reason: command.reason, at })
+        this.driver.send(live, { type: 'admin.transfer', userId: command.userId, target: command.target, reason: command.reason, at })
         return { agentId: command.target }
       }
       case 'session.destroy':
-        this.send(live, { type: 'session.destroy', reason: command.reason, by: command.by, userId: command.userId, at })
+        this.driver.send(live, { type: 'session.destroy', reason: command.reason, by: command.by, userId: command.userId, at })
         await live.cleanup
         return { sessionId: live.id, reason: command.reason }
       default:
-        this.send(live, { ...command, at } as SessionEvent)
+        this.driver.send(live, { ...command, at } as SessionEvent)
         return {}
     }
   }
@@ -412,30 +416,6 @@ export class SessionHost {
     await this.store.addConsumer(live.id, consumerId, max)
   }
 
-  /** Sends a command's event the machine accepts, or refuses it with 409. */
-  private send(live: LiveSession, event: SessionEvent) {
-    const actor = this.actors.awake(live)
-    try {
-      assertCan(actor.getSnapshot(), event)
-    } catch (error) {
-      if (error instanceof IllegalMoveError) {
-        throw new InvalidState('INVALID_SESSION_STATE', error.message, { state: error.state, command: error.event })
-      }
-      throw error
-    }
-    actor.send(event)
-    this.afterEvent(live)
-  }
-
-  /** An event of the session's own effects (a generation's end, a tool's result): dropped if the machine moved on. */
-  private deliver(live: LiveSession, event: SessionEvent) {
-    if (live.finished || !live.actor) return
-    const snapshot = live.actor.getSnapshot()
-    if (snapshot.status !== 'active' || !snapshot.can(event)) return
-    live.actor.send(event)
-    this.afterEvent(live)
-  }
-
   private resolve(live: LiveSession, command: Extract<SessionCommand, { type: 'external.resolve' }>, at: number) {
     const context = this.actors.awake(live).getSnapshot().context
     const pending = context.pendingTools.find(p => p.correlationId === command.correlationId)
@@ -445,7 +425,7 @@ export class SessionHost {
       }
       throw new NotFound('CORRELATION_NOT_FOUND', `No tool call of session ${live.id} waits for correlation ${command.correlationId}`)
     }
-    this.send(live, { type: 'external.resolve', correlationId: command.correlationId, result: command.result, userId: command.userId, at })
+    this.driver.send(live, { type: 'external.resolve', correlationId: command.correlationId, result: command.result, userId: command.userId, at })
     return { callId: pending.callId, tool: pending.tool }
   }
 
@@ -477,56 +457,11 @@ export class SessionHost {
           if (live.generation === generation) live.generation = null
           if (live.finished || !live.actor) return
           live.actor.send(event)
-          this.afterEvent(live)
+          this.driver.afterEvent(live)
         },
       },
     )
     live.generation = generation
-  }
-
-  // ---------------------------------------------------------------- after every event
-
-  private afterEvent(live: LiveSession) {
-    if (live.finished || !live.actor) return
-    const snapshot = live.actor.getSnapshot()
-    if (snapshot.status === 'done') return this.finish(live)
-    if (snapshot.status !== 'active') return
-    this.sessions.countTurn(live, isBusy(snapshot))
-    this.deadlines.arm(live, snapshot.context.idleDeadline, snapshot.context.pendingTools)
-    if (live.pins === 0) this.hibernation.note(live)
-  }
-
-  private expire(live: LiveSession) {
-    live.idleTimer = null
-    if (live.finished) return
-    if (this.now < live.idleDeadline) {
-      // Armed for an earlier deadline; the session was active since.
-      this.deadlines.rearmIdle(live)
-      return
-    }
-    if (!live.actor) {
-      this.wake(live).then(
-        () => this.expire(live),
-        error => this.options.platform.logger.error('hibernated session could not be woken to expire', { sessionId: live.id, error }),
-      )
-      return
-    }
-    this.deliver(live, { type: 'session.expire', at: this.now })
-  }
-
-  private expireTool(live: LiveSession, correlationId: string) {
-    live.toolTimers.delete(correlationId)
-    if (live.finished) return
-    const event: SessionEvent = { type: 'tool.expire', correlationId, at: this.now }
-    const actor = this.actors.awake(live) // a session with pending tools is never hibernated
-    if (actor.getSnapshot().can(event)) {
-      actor.send(event)
-      this.afterEvent(live)
-      return
-    }
-    // Not due yet by the service clock: arm again for what is left.
-    const pending = actor.getSnapshot().context.pendingTools.find(p => p.correlationId === correlationId)
-    if (pending?.deadline !== undefined) this.deadlines.armTool(live, correlationId, pending.deadline)
   }
 
   // ---------------------------------------------------------------- persistence, close, queries
@@ -633,7 +568,7 @@ export class SessionHost {
     if (!this.events.durable) live.eventBound = eventSeq
     this.actors.bind(live, this.actors.restored(rebuilt.control))
     log(live, 'session.restored', this.now, { logPosition: rebuilt.seq })
-    this.afterEvent(live)
+    this.driver.afterEvent(live)
     // A restored idle session that owes a reply starts it (as a system attend) — unless the
     // command that caused the restore (it runs first) is a user message, whose reply covers it.
     // Owed: acknowledged messages the control state did not cover, a reply cut by the node's
@@ -646,7 +581,7 @@ export class SessionHost {
         // Past its idle deadline it expires instead (a reaped orphan is not answered).
         if (live.finished || activeState(now) !== 'idle' || !now.context.replyOwed || !now.can(attend) || now.context.idleDeadline <= attend.at) return
         live.actor.send(attend)
-        this.afterEvent(live)
+        this.driver.afterEvent(live)
       })
     }
     return live
