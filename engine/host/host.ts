@@ -31,7 +31,7 @@ import { MemoryEventLog, type EventLog } from '../streams/event-log.js'
 import type { CreateSessionRequest, FeedSubscription, SessionCommand, SessionTarget, Subscription, TransportListener } from '../transport.js'
 import { SessionStore } from '../persistence/session-store.js'
 import { WriteBehind } from '../persistence/session-writer.js'
-import { type LiveSession, settled, touchConsumer } from '../session/live-session.js'
+import { type LiveSession, touchConsumer } from '../session/live-session.js'
 import { log, openingOf } from '../session/session-effects.js'
 import { rebuild } from '../persistence/session-restore.js'
 import { Deadlines } from './deadlines.js'
@@ -42,14 +42,9 @@ import { Expiry } from './expiry.js'
 import type { HostOptions } from './host-options.js'
 import { LiveSessions, type Origin } from './live-sessions.js'
 import { SessionActors } from './session-actors.js'
+import { CLOSE_NOTICE_WAIT_MS, SessionClosing } from './closing.js'
+import { Leaving } from './leaving.js'
 import { SessionDriver } from './session-driver.js'
-
-/**
- * How long a closing session's streams wait for its close to be written (tombstone, crew slot
- * freed) before they are told `session.closed` anyway: the write-behind retries a failing store
- * for ~32 s, and a stream should not hang on it that long.
- */
-const CLOSE_NOTICE_WAIT_MS = 2_000
 
 export class SessionHost {
   private readonly sessions: LiveSessions
@@ -57,13 +52,14 @@ export class SessionHost {
   private readonly publisher: EventPublisher
   private readonly driver: SessionDriver
   private readonly expiry: Expiry
+  private readonly closing: SessionClosing
+  private readonly leaving: Leaving
   private readonly store: SessionStore
   private readonly slots: CrewSlots
   private readonly tools: ToolRunner
   private readonly generations: GenerationDeps
   private readonly deadlines: Deadlines<LiveSession>
   private stopped = false
-  private readonly cleanups = new Set<Promise<void>>()
   readonly events: EventLog
   /** Every live session's journal and checkpoint writes, batched off the turn's path. */
   readonly writeBehind: WriteBehind
@@ -110,9 +106,9 @@ export class SessionHost {
       logger,
       metrics,
       fenceOf: sessionId => this.fenceOf(sessionId),
-      lost: (live, why) => this.drop(live, why),
+      lost: (live, why) => this.leaving.drop(live, why),
     })
-    this.publisher = new EventPublisher({ events: this.events, store: this.store, leases: options.leases, logger, drop: (live, why) => this.drop(live, why) })
+    this.publisher = new EventPublisher({ events: this.events, store: this.store, leases: options.leases, logger, drop: (live, why) => this.leaving.drop(live, why) })
     this.actors = new SessionActors({
       effects: {
         publish: (live, name, data) => this.publisher.publish(live, name, data),
@@ -125,9 +121,22 @@ export class SessionHost {
         now: () => this.now,
       },
       logger,
-      failed: live => this.finish(live),
+      failed: live => this.closing.finish(live),
     })
-    this.driver = new SessionDriver({ sessions: this.sessions, actors: this.actors, deadlines: this.deadlines, hibernation: this.hibernation, finish: live => this.finish(live) })
+    this.leaving = new Leaving({ sessions: this.sessions, deadlines: this.deadlines, store: this.store, leases: options.leases, logger, metrics })
+    this.closing = new SessionClosing({
+      sessions: this.sessions,
+      actors: this.actors,
+      deadlines: this.deadlines,
+      publisher: this.publisher,
+      events: this.events,
+      store: this.store,
+      slots: this.slots,
+      leases: options.leases,
+      logger,
+      now: () => this.now,
+    })
+    this.driver = new SessionDriver({ sessions: this.sessions, actors: this.actors, deadlines: this.deadlines, hibernation: this.hibernation, finish: live => this.closing.finish(live) })
     this.expiry = new Expiry({ driver: this.driver, actors: this.actors, deadlines: this.deadlines, wake: live => this.wake(live), logger, now: () => this.now })
   }
 
@@ -251,17 +260,6 @@ export class SessionHost {
     this.options.platform.metrics.sessionsHibernated.inc()
   }
 
-  /** The session leaves this node without ending: its actor stops (a hibernated one has none). */
-  private letGo(live: LiveSession) {
-    this.sessions.countTurn(live, false)
-    if (live.actor) {
-      live.unbind?.()
-      live.actor.stop()
-    } else {
-      this.options.platform.metrics.sessionsHibernated.dec()
-    }
-  }
-
   /** Brings a hibernated session's actor and conversation back from the store. */
   private wake(live: LiveSession): Promise<void> {
     live.waking ??= (async () => {
@@ -269,7 +267,7 @@ export class SessionHost {
       if (live.actor || live.finished) return
       if (!persisted) {
         // Gone from the store meanwhile (destroyed by another node): nothing to wake.
-        this.drop(live, 'not in the store any more')
+        this.leaving.drop(live, 'not in the store any more')
         return
       }
       const entries = await this.store.entriesAfter(live.id, persisted.checkpoint.logPosition)
@@ -466,48 +464,6 @@ export class SessionHost {
 
   // ---------------------------------------------------------------- persistence, close, queries
 
-  private finish(live: LiveSession) {
-    if (live.finished) return
-    live.finished = true
-    const context = this.actors.awake(live).getSnapshot().context
-    this.deadlines.clear(live)
-    live.closedAs = context.closed?.reason ?? 'destroyed'
-    this.sessions.released(live)
-    // Resources released: the journal goes; a tombstone says it was destroyed. The session stays
-    // in `live`, finished, until then: a command meanwhile answers 404 instead of restoring it
-    // from its document, which is not a tombstone yet.
-    const closed = (async () => {
-      await live.writer.flushed()
-      // Conditional: two nodes closing the same session (reapers racing, engine/host/reaper.ts)
-      // free its crew slot once, whoever turns the document into a tombstone first.
-      if (await this.store.markDestroyed(live.id, { reason: live.closedAs!, at: this.now })) {
-        await this.slots.release(live.accountId, live.crew.id)
-      }
-    })()
-    live.cleanup = (async () => {
-      // The streams hear `session.closed` once the session is closed in the store and its crew
-      // slot is free, so a client that opens a new session on it is not refused for the old one;
-      // a store that cannot be written holds the notice CLOSE_NOTICE_WAIT_MS at most.
-      await settledWithin(closed, CLOSE_NOTICE_WAIT_MS)
-      if (live.closingNotice) this.publisher.emit(live, { kind: 'event', ...live.closingNotice })
-      this.publisher.emit(live, { kind: 'closed', reason: live.closedAs! })
-      this.events.forget(live.id)
-      live.listeners.clear()
-      await closed
-      await this.store.deleteLog(live.id)
-    })()
-      .finally(() => live.writer.closed())
-      .catch(error => this.options.platform.logger.error('session cleanup failed', { sessionId: live.id, error }))
-      .finally(() => {
-        this.actors.forget(live)
-        this.sessions.forget(live)
-        this.options.leases?.unloaded(live.id, 'finished', live.accountId)
-      })
-    const cleanup = live.cleanup
-    this.cleanups.add(cleanup)
-    void cleanup.finally(() => this.cleanups.delete(cleanup))
-  }
-
   private async history(live: LiveSession, after: number, limit: number) {
     await live.writer.flushed()
     const page = await this.store.entriesAfter(live.id, after, limit + 1)
@@ -592,25 +548,11 @@ export class SessionHost {
     return this.options.leases?.token(sessionId)
   }
 
-  /** Lets go of a session without touching the store: another node owns it now. */
-  private drop(live: LiveSession, why: string) {
-    if (live.finished) return
-    this.options.platform.logger.warn('session dropped from this node', { sessionId: live.id, why })
-    live.finished = true
-    this.deadlines.clear(live)
-    live.listeners.clear()
-    live.writer.discard()
-    this.letGo(live)
-    this.sessions.forget(live)
-    this.sessions.released(live)
-    this.options.leases?.unloaded(live.id, 'dropped', live.accountId)
-  }
-
   /** Drops a session whose lease this node lost (called by the ownership); answers its account. */
   dropSession(sessionId: string, why: string): string | undefined {
     const live = this.sessions.get(sessionId)
     if (!live || live.finished) return undefined
-    this.drop(live, why)
+    this.leaving.drop(live, why)
     return live.accountId
   }
 
@@ -619,21 +561,8 @@ export class SessionHost {
    * round in progress to end, checkpoints the session and lets its actor go without ending the
    * session, for another node to restore. Answers the session's account (undefined: not here).
    */
-  async handOver(sessionId: string, timeoutMs: number): Promise<string | undefined> {
-    const live = this.sessions.get(sessionId)
-    if (!live || live.finished) return undefined
-    if (live.actor) await settled(live.actor, timeoutMs)
-    if (live.finished) return undefined
-    this.deadlines.clear(live)
-    live.writer.checkpoint()
-    await live.writer.flushed()
-    if (live.finished) return undefined
-    live.finished = true
-    live.listeners.clear()
-    this.letGo(live)
-    this.sessions.forget(live)
-    this.sessions.released(live)
-    return live.accountId
+  handOver(sessionId: string, timeoutMs: number): Promise<string | undefined> {
+    return this.leaving.handOver(sessionId, timeoutMs)
   }
 
   /** Stops actors without destroying sessions: they stay persisted for a restore. */
@@ -641,25 +570,8 @@ export class SessionHost {
     this.stopped = true
     this.hibernation.stop()
     this.writeBehind.stop()
-    const released: Promise<void>[] = []
-    for (const live of this.sessions.list()) {
-      if (live.finished) continue // closing: its cleanup is awaited below
-      this.deadlines.clear(live)
-      live.writer.checkpoint()
-      await live.writer.flushed()
-      live.finished = true
-      this.letGo(live)
-      this.sessions.released(live)
-      // Nothing more is published: the next process numbers on from the exact last id.
-      if (live.eventBound) {
-        released.push(
-          this.store.releaseEventIds(live.id, live.eventSeq).catch(error => this.options.platform.logger.warn('session event ids could not be released', { sessionId: live.id, error })),
-        )
-      }
-    }
-    this.sessions.clear()
-    await Promise.all(released)
-    await Promise.all(this.cleanups)
+    await this.leaving.stopAll()
+    await this.closing.closed()
     if (this.options.store instanceof OffLoopStore) await this.options.store.close()
   }
 
