@@ -4,6 +4,7 @@
 // a part of its own:
 //   creation.ts        a new session: crew slot, document, opening, actor
 //   loading.ts         restore from the store, hibernate and wake
+//   commands.ts        a command on a live session, one handler per SessionCommand
 //   session-driver.ts  events into the machine, and what follows each one
 //   expiry.ts          idle and tool deadlines firing (armed by deadlines.ts)
 //   event-publisher.ts published events: numbered, to listeners and the event log
@@ -11,19 +12,19 @@
 // What a session leaves in the store goes through its SessionWriter
 // (engine/persistence/session-writer.ts) to the SessionStore (engine/persistence/session-store.ts).
 import { OverloadGuard } from '../../platform/overload.js'
-import { Invalid, InvalidState, NotFound, ShuttingDown, Unavailable } from '../../platform/errors.js'
+import { ShuttingDown } from '../../platform/errors.js'
 import { OffLoopStore } from '../../platform/store/index.js'
 import { CrewSlots } from '../persistence/crew-slots.js'
 import { SessionStore } from '../persistence/session-store.js'
 import { WriteBehind } from '../persistence/session-writer.js'
 import { startGeneration, type GenerationDeps } from '../session/generation.js'
-import { touchConsumer, type LiveSession } from '../session/live-session.js'
-import { replyId, stateName, toolsAllowed, type SessionContext, type SessionEvent, type SessionSnapshot } from '../session/machine.js'
+import type { LiveSession } from '../session/live-session.js'
+import { replyId, toolsAllowed, type SessionContext, type SessionSnapshot } from '../session/machine.js'
 import { ToolRunner } from '../session/tools.js'
 import { MemoryEventLog, type EventLog } from '../streams/event-log.js'
-import { snapshotView } from '../supervision/snapshot-view.js'
 import type { CreateSessionRequest, FeedSubscription, LocalSessions, SessionCommand, SessionTarget, Subscription, TransportListener } from '../transport.js'
 import { SessionClosing } from './closing.js'
+import { SessionCommands } from './commands.js'
 import { SessionCreation } from './creation.js'
 import { Deadlines } from './deadlines.js'
 import { EventPublisher } from './event-publisher.js'
@@ -46,9 +47,7 @@ export class SessionHost implements LocalSessions {
   private readonly publisher: EventPublisher
   private readonly creation: SessionCreation
   private readonly loader: SessionLoader
-  private readonly actors: SessionActors
-  private readonly tools: ToolRunner
-  private readonly overload: OverloadGuard
+  private readonly commands: SessionCommands
   private readonly closing: SessionClosing
   private readonly leaving: Leaving
   private readonly expiry: Expiry
@@ -63,14 +62,14 @@ export class SessionHost implements LocalSessions {
     const { channel, engine } = config
     // Read from the platform each time, as everything else that tells the time.
     const now = () => this.options.platform.clock.now()
-    const overload = (this.overload = platform.overload ?? OverloadGuard.off())
+    const overload = platform.overload ?? OverloadGuard.off()
     overload.hostsTurns()
     const events = (this.events =
       options.events ?? new MemoryEventLog({ events: channel.replayBufferEvents, bytes: channel.replayBufferBytes, maxAgeMs: channel.eventRetentionMs }))
     const stored = options.store ?? platform.store
     const store = (this.store = new SessionStore(stored))
     const slots = new CrewSlots(stored)
-    const tools = (this.tools = new ToolRunner(crews, clock, options.externalToolTimeoutMs))
+    const tools = new ToolRunner(crews, clock, options.externalToolTimeoutMs)
     const fenceOf = (sessionId: string) => leases?.token(sessionId)
     const drop = (live: LiveSession, why: string) => this.leaving.drop(live, why)
     this.writeBehind = new WriteBehind({
@@ -91,7 +90,7 @@ export class SessionHost implements LocalSessions {
     const sessions = (this.sessions = new LiveSessions({ writeBehind: this.writeBehind, recorder, logger, metrics, fenceOf, lost: drop }))
     this.leaving = new Leaving({ sessions, deadlines, store, leases, logger, metrics })
     const publisher = (this.publisher = new EventPublisher({ events, store, leases, logger, drop }))
-    const actors = (this.actors = new SessionActors({
+    const actors = new SessionActors({
       effects: {
         publish: (live, name, data) => publisher.publish(live, name, data),
         generate: (live, context) => this.generate(live, context),
@@ -104,18 +103,15 @@ export class SessionHost implements LocalSessions {
       },
       logger,
       failed: live => this.closing.finish(live),
-    }))
+    })
     this.closing = new SessionClosing({ sessions, actors, deadlines, publisher, events, store, slots, leases, logger, now })
     const driver = (this.driver = new SessionDriver({ sessions, actors, deadlines, hibernation: this.hibernation, finish: live => this.closing.finish(live) }))
     const maxConsumerIds = engine.maxConsumerIdsPerSession
     this.loader = new SessionLoader({ sessions, actors, driver, publisher, store, events, recorder, crews, leases, metrics, maxConsumerIds, now, stopping: () => this.stopped, drop })
     const terms = { idleTimeoutMs: options.idleTimeoutMs, maxToolRounds: options.maxToolRounds ?? 4 }
     this.creation = new SessionCreation({ sessions, actors, driver, publisher, store, slots, crews, events, terms, fenceOf, now })
+    this.commands = new SessionCommands({ sessions, actors, driver, tools, store, overload, durableAcks: !!options.durableAcks, maxConsumerIds, now })
     this.expiry = new Expiry({ driver, actors, deadlines, wake: live => this.loader.wake(live), logger, now })
-  }
-
-  private get now() {
-    return this.options.platform.clock.now()
   }
 
   async init() {
@@ -170,7 +166,7 @@ export class SessionHost implements LocalSessions {
     live.pins++
     live.quietSince = 0
     try {
-      return await this.run(live, command)
+      return await this.commands.run(live, command)
     } finally {
       live.pins--
       this.hibernation.note(live)
@@ -212,113 +208,6 @@ export class SessionHost implements LocalSessions {
   /** For tests and the bench: the snapshot of a live session. */
   peek(sessionId: string): SessionSnapshot | undefined {
     return this.sessions.get(sessionId)?.actor?.getSnapshot()
-  }
-
-  private async run(live: LiveSession, command: SessionCommand): Promise<unknown> {
-    const at = this.now
-    switch (command.type) {
-      case 'query.history':
-        return this.history(live, command.after, command.limit)
-      case 'query.snapshot':
-        return snapshotView({
-          sessionId: live.id,
-          crew: live.crew,
-          snapshot: this.actors.awake(live).getSnapshot(),
-          conversation: live.conversation!,
-          logPosition: live.seq,
-          createdAt: live.createdAt,
-          updatedAt: live.updatedAt,
-        })
-      case 'consumer.attach':
-        await this.attachConsumer(live, command.consumerId)
-        return { consumerId: command.consumerId }
-      case 'user.message':
-        if (!live.consumers.has(command.consumerId)) {
-          throw new Invalid('UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
-        }
-        // Refused before anything is recorded: a refused message is not in the conversation.
-        // The turn limit applies to a message that would start a turn (one in flight takes it in).
-        this.overload.admit('turn', { turnsInFlight: live.busy ? 0 : this.sessions.turnsInFlight })
-        touchConsumer(live, command.consumerId)
-        this.driver.send(live, { type: 'user.message', text: command.text, consumerId: command.consumerId, at })
-        if (this.options.durableAcks) {
-          // The message's entries (and those of the same step) are up to this seq; entries the
-          // turn adds while we wait are not this message's.
-          const upTo = live.seq
-          // Acknowledged once its history entry is committed (with the control state), not after
-          // the checkpoint: a restore folds the journal past the last checkpoint.
-          await live.writer.entriesWritten(upTo)
-          if (live.writer.holdsUpTo(upTo)) throw new Unavailable('SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { retryAfterSeconds: 5 })
-        }
-        return { accepted: true }
-      case 'admin.toolinject': {
-        const { event, reply } = this.tools.inject(live.crew, command, at)
-        this.driver.send(live, event)
-        return reply
-      }
-      case 'external.resolve':
-        return this.resolve(live, command, at)
-      case 'admin.transfer': {
-        const context = this.actors.awake(live).getSnapshot().context
-        if (!context.terms.agents.includes(command.target)) {
-          throw new Invalid('UNKNOWN_AGENT', `Agent ${command.target} is not an agent of crew ${live.crew.id}`, { agents: context.terms.agents })
-        }
-        if (command.target === context.agentId) {
-          throw new InvalidState('ALREADY_ASSIGNED', `Session ${live.id} is already handled by agent ${command.target}`)
-        }
-        this.driver.send(live, { type: 'admin.transfer', userId: command.userId, target: command.target, reason: command.reason, at })
-        return { agentId: command.target }
-      }
-      case 'session.destroy':
-        this.driver.send(live, { type: 'session.destroy', reason: command.reason, by: command.by, userId: command.userId, at })
-        await live.cleanup
-        return { sessionId: live.id, reason: command.reason }
-      default:
-        this.driver.send(live, { ...command, at } as SessionEvent)
-        return {}
-    }
-  }
-
-  /**
-   * A consumer id joins the session (or is used again). Ids are bounded per session: past
-   * ENGINE_MAX_CONSUMER_IDS_PER_SESSION the least recently used is forgotten (its next message is
-   * refused as an unknown consumer; listening again makes it known again).
-   */
-  private async attachConsumer(live: LiveSession, consumerId: string) {
-    if (live.consumers.has(consumerId)) return touchConsumer(live, consumerId)
-    const max = this.options.platform.config.engine.maxConsumerIdsPerSession
-    live.consumers.add(consumerId)
-    for (const oldest of live.consumers) {
-      if (live.consumers.size <= max) break
-      live.consumers.delete(oldest)
-    }
-    await this.store.addConsumer(live.id, consumerId, max)
-  }
-
-  private resolve(live: LiveSession, command: Extract<SessionCommand, { type: 'external.resolve' }>, at: number) {
-    const context = this.actors.awake(live).getSnapshot().context
-    const pending = context.pendingTools.find(p => p.correlationId === command.correlationId)
-    if (!pending) {
-      if (context.resolved.includes(command.correlationId)) {
-        throw new InvalidState('CORRELATION_ALREADY_RESOLVED', `Correlation ${command.correlationId} already has its result`)
-      }
-      throw new NotFound('CORRELATION_NOT_FOUND', `No tool call of session ${live.id} waits for correlation ${command.correlationId}`)
-    }
-    this.driver.send(live, { type: 'external.resolve', correlationId: command.correlationId, result: command.result, userId: command.userId, at })
-    return { callId: pending.callId, tool: pending.tool }
-  }
-
-  private async history(live: LiveSession, after: number, limit: number) {
-    await live.writer.flushed()
-    const page = await this.store.entriesAfter(live.id, after, limit + 1)
-    const entries = page.slice(0, limit).map(entry => ({ ...entry, at: new Date(entry.at).toISOString() }))
-    return {
-      sessionId: live.id,
-      state: stateName(this.actors.awake(live).getSnapshot()),
-      logPosition: live.seq,
-      data: entries,
-      hasMore: page.length > limit,
-    }
   }
 
   /** The turn's generation (the machine entered `generating`); its end is the machine's next event. */
