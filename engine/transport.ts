@@ -7,7 +7,8 @@
 //              not host the session restores it from its checkpoint and journal first)
 //   events  -> `sb.session.<id>.events` published by the owner, each with its seq (the SSE id);
 //              subscribe() is a plain subscription, opened before create() sends so no early
-//              event is missed; replay() reads the session's event log (engine/streams/event-log.ts).
+//              event is missed; replay() reads the session's event log
+//              (engine/streams/event-log.ts).
 // The in-process implementation below calls the host directly.
 import type { ContextMessageInput } from './session/machine.js'
 import type { EventLog, StreamEvent } from './streams/event-log.js'

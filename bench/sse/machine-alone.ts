@@ -1,8 +1,8 @@
 // The session machine alone: what a turn costs in XState, without HTTP, streams or the store,
 // beside two baselines measured the same way in the same run:
-//   session   engine/session/machine.ts, its effects provided as the host provides them minus their I/O:
-//             startTurn answers the turn (gen.completed) a microtask later, as a generation that
-//             writes at once does; the other effects do nothing
+//   session   engine/session/machine.ts, its effects provided as the host provides them minus
+//             their I/O: startTurn answers the turn (gen.completed) a microtask later, as a
+//             generation that writes at once does; the other effects do nothing
 //   lean      a minimal XState machine: the same four states, the same events per turn, a
 //             three-field context, one assign per event
 //   plain     the same transitions as a plain-JavaScript reducer (no XState)

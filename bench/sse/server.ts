@@ -129,9 +129,9 @@ async function startSwitchboard(): Promise<number> {
 }
 
 /**
- * The channel's replies, computed as the scripted crew does ("You said: <text>"). Its words come
- * at once, so the channel writes them as one assistant.response (engine/session/generation.ts): so does
- * this server, so both send the same frames.
+ * The channel's replies, computed as the scripted crew does ("You said: <text>"). Its words come at
+ * once, so the channel writes them as one assistant.response (engine/session/generation.ts): so
+ * does this server, so both send the same frames.
  */
 function replyFrames(sessionId: string, turnId: number, message: string) {
   const text = `You said: ${message}`
@@ -217,13 +217,13 @@ async function startUws(): Promise<number> {
 }
 
 /**
- * The floor of the lighter design: its essential parts and nothing else, to show what a turn
- * must cost with them. uWebSockets.js as the bare server uses it; per session one XState actor
- * of the real machine (engine/session/machine.ts) whose effects write the turn's history entries and
- * SSE frames; the entries and the control state committed to the embedded store's ordered log
+ * The floor of the lighter design: its essential parts and nothing else, to show what a turn must
+ * cost with them. uWebSockets.js as the bare server uses it; per session one XState actor of the
+ * real machine (engine/session/machine.ts) whose effects write the turn's history entries and SSE
+ * frames; the entries and the control state committed to the embedded store's ordered log
  * (platform/store OrderedLog), one write per session per 2 ms window; the 201 once its entry is
- * committed, as the service does. No generic gateway, hub, transport, conversation, report
- * record, metrics or checkpoints.
+ * committed, as the service does. No generic gateway, hub, transport, conversation, report record,
+ * metrics or checkpoints.
  */
 async function startFloor(): Promise<number> {
   const { loadNativeUws } = await import('../../gateway/uws.js')

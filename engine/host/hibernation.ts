@@ -1,6 +1,6 @@
 // Hibernation (ENGINE_HIBERNATE_AFTER_MS): a session quiet for that long (between turns, nothing
 // pending) lets its actor and conversation go, once its checkpoint covers everything (asked for
-// when it does not yet); its next command wakes it from the store (engine/host/host.ts). Quiet
+// when it does not yet); its next command wakes it from the store (engine/host/loading.ts). Quiet
 // sessions wait in the order they became quiet; a periodic pass takes those quiet long enough,
 // a bounded number per macrotask, oldest first.
 import { isQuiet, type LiveSession } from '../session/live-session.js'

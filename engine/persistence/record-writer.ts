@@ -1,9 +1,9 @@
-// One session's report record (reports/session-records.ts) kept up with its history: writes go
-// in order, one after the other. Message and tool counts are added up entry by entry and written
-// with the session's checkpoints (engine/persistence/session-writer.ts), tagged with the history seq they
-// cover, so a restore adds exactly the entries after it from the journal; attention flags,
-// transfers, pauses and the close are written at once. A failed write is logged; the session
-// goes on.
+// One session's report record (reports/session-records.ts) kept up with its history: writes go in
+// order, one after the other. Message and tool counts are added up entry by entry and written with
+// the session's checkpoints (engine/persistence/session-writer.ts), tagged with the history seq
+// they cover, so a restore adds exactly the entries after it from the journal; attention flags,
+// transfers, pauses and the close are written at once. A failed write is logged; the session goes
+// on.
 import type { Logger } from '../../platform/logger.js'
 import type { SessionRecorder, SessionStatus, TurnCounts } from '../../reports/index.js'
 import type { AttentionRules } from '../supervision/attention.js'

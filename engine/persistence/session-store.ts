@@ -8,9 +8,9 @@
 //             turn costs one commit, not a document rewrite.
 //   document  the session's metadata (account, crew, consumers, deadlines, fence, event ids) and
 //             its checkpoint: control and conversation as of a history seq. Written when the
-//             session opens and then every few dozen entries or seconds (engine/persistence/session-writer.ts),
-//             when it hibernates, is handed over or stops; a restore takes the checkpoint and
-//             folds the journal's entries after it. Then a tombstone.
+//             session opens and then every few dozen entries or seconds (session-writer.ts), when
+//             it hibernates, is handed over or stops; a restore takes the checkpoint and folds
+//             the journal's entries after it. Then a tombstone.
 import type { Collection, Doc, OrderedLog, Store } from '../../platform/store/index.js'
 import type { ConversationState } from '../session/conversation.js'
 import { emptyDigest, digestOf } from '../session/conversation.js'

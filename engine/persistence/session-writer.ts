@@ -5,9 +5,9 @@
 // What a batch writes per session:
 //   - its new history entries and its control state, in one journal commit (session-store.ts):
 //     a turn's durable cost. A user message is acknowledged once its entry is committed;
-//   - its checkpoint (control and conversation, engine/persistence/session-store.ts), every `entries`
-//     entries or when asked (hibernation, hand-over, stop): a restore folds the journal's
-//     entries after it, so what is not in it yet is not lost, and the fold stays short;
+//   - its checkpoint (control and conversation, session-store.ts), every `entries` entries or
+//     when asked (hibernation, hand-over, stop): a restore folds the journal's entries after
+//     it, so what is not in it yet is not lost, and the fold stays short;
 //   - its report record's counts and last message, `countsMs` after the first entry they do not
 //     cover (or with a checkpoint): the listing lags the conversation by that much at most, and a
 //     session taking many turns a second costs one record write per window, not one per turn.

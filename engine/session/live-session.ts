@@ -1,5 +1,5 @@
-// A session live on this node, as the host keeps it (engine/host/host.ts), and what the host asks of
-// its actor's snapshot: whether it is between turns, mid-reply, or busy.
+// A session live on this node, as the host keeps it (engine/host/live-sessions.ts), and what the
+// host asks of its actor's snapshot: whether it is between turns, mid-reply, or busy.
 import type { Actor } from 'xstate'
 import type { Conversation } from './conversation.js'
 import type { Crew } from '../crews.js'
@@ -53,7 +53,7 @@ export interface LiveSession {
   finished: boolean
   /** Why it closed, once finished (its tombstone says the same once written). */
   closedAs: string | null
-  /** The machine's `session.closed` event, held back until the close is written (finish()). */
+  /** The machine's `session.closed` event, held back until the close is written (engine/host/closing.ts). */
   closingNotice: PublishedEvent | null
   /** Set once destroyed: resolves when its resources are released. */
   cleanup: Promise<void> | null

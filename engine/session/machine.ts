@@ -1,9 +1,9 @@
-// The assistant session as a pure XState v5 machine: its states, the events each state takes,
-// and what each transition changes in a small context (one assign per transition). What a
-// transition does outside the machine is a named effect (`record…`, `startTurn`, `runTools`,
-// ...) whose implementation the actor host provides (engine/session/session-effects.ts): the history
-// entries, the published events, the turn's generation and tools. The conversation itself (its
-// recent window, summary, arguments) is kept beside the actor, folded from the history entries
+// The assistant session as a pure XState v5 machine: its states, the events each state takes, and
+// what each transition changes in a small context (one assign per transition). What a transition
+// does outside the machine is a named effect (`record…`, `startTurn`, `runTools`, ...) whose
+// implementation the actor host provides (engine/session/session-effects.ts): the history entries,
+// the published events, the turn's generation and tools. The conversation itself (its recent
+// window, summary, arguments) is kept beside the actor, folded from the history entries
 // (engine/session/conversation.ts), so a transition never copies it. Guards read context and event
 // only; time arrives inside events (`at`).
 //

@@ -31,7 +31,7 @@ export interface EventLog {
   /**
    * Whether the log outlives the process that appends (JetStream does, the in-memory ring does
    * not): a restore after that process died asks it for the last id. Otherwise the owner keeps a
-   * bound on its ids in the session's document (engine/host/host.ts, EVENT_ID_RESERVE).
+   * bound on its ids in the session's document (engine/host/event-publisher.ts, EVENT_ID_RESERVE).
    */
   readonly durable: boolean
   /** Records the session's next event (the owner only, seq already assigned). */

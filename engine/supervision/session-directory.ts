@@ -147,9 +147,9 @@ export class SessionDirectory {
   ensureIndexes() {
     return this.store.ensureIndexes(SESSION_RECORDS, [
       { name: 'account_start_id', key: { accountId: 1, start_time: -1, _id: -1 }, partitionFields: 1 },
-      // The lifecycle feed (engine/supervision/session-feed.ts): the account's records in (updated_at, _id)
-      // order from a cursor. With _id in the key MongoDB serves that sort from the index and
-      // stops at the limit, instead of sorting every record changed since in memory.
+      // The lifecycle feed (engine/supervision/session-feed.ts): the account's records in
+      // (updated_at, _id) order from a cursor. With _id in the key MongoDB serves that sort from
+      // the index and stops at the limit, instead of sorting every record changed since in memory.
       { name: 'account_updated', key: { accountId: 1, updated_at: 1, _id: 1 }, partitionFields: 1 },
     ])
   }

@@ -1,6 +1,6 @@
-// The gateway's channel hub after its link to the sessions comes back (engine/streams/hub.ts resync):
-// what went by while it was away reaches its streams, even when the link drops and comes back
-// again while the hub is still reading the log from the first time.
+// The gateway's channel hub after its link to the sessions comes back (engine/streams/hub.ts
+// resync): what went by while it was away reaches its streams, even when the link drops and comes
+// back again while the hub is still reading the log from the first time.
 //
 // Over NATS the link is core NATS (events are lost while a gateway is disconnected) and the log
 // is JetStream; the order of a second outage against a read in flight cannot be forced through
