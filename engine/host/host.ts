@@ -2,6 +2,8 @@
 // engine calls (the in-process transport, an engine node over NATS, the orphan reaper). It builds
 // its parts and provides the machine's effects (engine/session/session-effects.ts); each path is
 // a part of its own:
+//   live-sessions.ts   the live sessions by id, each registered with its writer
+//   session-actors.ts  the machine with its effects provided, and which actor is which session
 //   creation.ts        a new session: crew slot, document, opening, actor
 //   loading.ts         restore from the store, hibernate and wake
 //   commands.ts        a command on a live session, one handler per SessionCommand
@@ -31,7 +33,7 @@ import { EventPublisher } from './event-publisher.js'
 import { Expiry } from './expiry.js'
 import { Hibernation } from './hibernation.js'
 import type { HostOptions } from './host-options.js'
-import { Leaving } from './leaving.js'
+import { SessionLeaving } from './leaving.js'
 import { LiveSessions } from './live-sessions.js'
 import { SessionLoader } from './loading.js'
 import { SessionActors } from './session-actors.js'
@@ -49,7 +51,7 @@ export class SessionHost implements LocalSessions {
   private readonly loader: SessionLoader
   private readonly commands: SessionCommands
   private readonly closing: SessionClosing
-  private readonly leaving: Leaving
+  private readonly leaving: SessionLeaving
   private readonly expiry: Expiry
   /** Quiet sessions let their actor go (engine/host/hibernation.ts). */
   private readonly hibernation: Hibernation
@@ -88,7 +90,7 @@ export class SessionHost implements LocalSessions {
     const deadlines = new Deadlines<LiveSession>(clock, { idle: live => this.expiry.idle(live), tool: (live, id) => this.expiry.tool(live, id) })
     this.generations = { providers: options.providers, tools, now, logger }
     const sessions = (this.sessions = new LiveSessions({ writeBehind: this.writeBehind, recorder, logger, metrics, fenceOf, lost: drop }))
-    this.leaving = new Leaving({ sessions, deadlines, store, leases, logger, metrics })
+    this.leaving = new SessionLeaving({ sessions, deadlines, store, leases, logger, metrics })
     const publisher = (this.publisher = new EventPublisher({ events, store, leases, logger, drop }))
     const actors = new SessionActors({
       effects: {

@@ -10,7 +10,7 @@ import type { Deadlines } from './deadlines.js'
 import type { SessionLeases } from './host-options.js'
 import type { LiveSessions } from './live-sessions.js'
 
-export interface LeavingDeps {
+export interface SessionLeavingDeps {
   sessions: Pick<LiveSessions, 'get' | 'list' | 'clear' | 'forget' | 'released' | 'countTurn'>
   deadlines: Pick<Deadlines<LiveSession>, 'clear'>
   store: Pick<SessionStore, 'releaseEventIds'>
@@ -19,8 +19,8 @@ export interface LeavingDeps {
   metrics: Metrics
 }
 
-export class Leaving {
-  constructor(private readonly deps: LeavingDeps) {}
+export class SessionLeaving {
+  constructor(private readonly deps: SessionLeavingDeps) {}
 
   /** Lets go of a session without touching the store: another node owns it now. */
   drop(live: LiveSession, why: string) {
