@@ -95,7 +95,9 @@ export class LmdbStore implements Store {
     this.structures = this.env.openDB<unknown, string>({ name: 'm:structures' })
     const interval = options.sweepIntervalMs ?? 1000
     if (interval > 0) {
-      this.sweeper = setInterval(() => void this.sweep(), interval)
+      this.sweeper = setInterval(() => {
+        if (!this.sweeping) void this.sweep()
+      }, interval)
       this.sweeper.unref()
     }
   }
@@ -166,7 +168,9 @@ export class LmdbStore implements Store {
 
   /** One TTL pass over every collection with a TTL index; answers how many documents expired. */
   async sweep(): Promise<number> {
-    if (this.sweeping || this.closed) return 0
+    // A pass under way read an earlier clock: this one waits for it and sweeps as of now.
+    while (this.sweeping) await this.sweeping.catch(() => 0)
+    if (this.closed) return 0
     const pass = (async () => {
       let removed = 0
       for (const collection of this.collections.values()) removed += await collection.sweepExpired(this.clock.now(), this.ttl.slice, this.ttl.slices)
