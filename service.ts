@@ -40,7 +40,7 @@ export interface ServiceOverrides {
 
 /** MONGO_URL set: MongoDB; unset: the embedded database under DATA_DIR (the one `make keys` writes). */
 async function openStore(config: Config, clock: Clock, logger: Logger): Promise<Store> {
-  return config.mongoUrl ? MongoStore.connect(config.mongoUrl) : new LmdbStore({ path: embeddedStorePath(config.dataDir), clock, logger })
+  return config.mongoUrl ? MongoStore.connect(config.mongoUrl) : new LmdbStore({ path: embeddedStorePath(config.dataDir), clock, logger, sweepIntervalMs: config.storeSweepMs })
 }
 
 /**

@@ -79,14 +79,14 @@ export class Idempotency {
     }
   }
 
-  /** Wraps a write route so that it honours Idempotency-Key. */
+  /** A write route that honours Idempotency-Key: what it answers (a 400 for its body included) is kept and replayed. */
   wrap(route: JsonRoute): JsonRoute {
-    return { ...route, handle: ctx => this.handle(route, ctx) }
+    return { ...route, around: (ctx, next) => this.around(route, ctx, next) }
   }
 
-  private async handle(route: JsonRoute, ctx: RequestContext): Promise<JsonResult> {
+  private async around(route: JsonRoute, ctx: RequestContext, next: () => Promise<JsonResult>): Promise<JsonResult> {
     const key = ctx.headers['idempotency-key']
-    if (key === undefined) return route.handle(ctx)
+    if (key === undefined) return next()
     if (!KEY_PATTERN.test(key)) {
       throw new ApiError(400, 'INVALID_IDEMPOTENCY_KEY', 'Idempotency-Key must be 1 to 255 printable ASCII characters')
     }
@@ -100,7 +100,7 @@ export class Idempotency {
     } catch (error) {
       if (!(error instanceof StoreUnavailableError)) throw error
       this.logger.warn('idempotency store unavailable; request processed unprotected', { route: route.path })
-      const result = await settle(route, ctx)
+      const result = await settle(next)
       return withHeaders(result, { 'Idempotency-Status': 'bypassed' })
     }
 
@@ -124,7 +124,7 @@ export class Idempotency {
 
     let result: JsonResult
     try {
-      result = await settle(route, ctx)
+      result = await settle(next)
     } catch (error) {
       await this.release(id)
       throw error
@@ -217,10 +217,10 @@ export class Idempotency {
   }
 }
 
-/** Runs the handler; a 4xx answer (an ApiError or a domain error) becomes a result so it is stored and replayed too. */
-async function settle(route: JsonRoute, ctx: RequestContext): Promise<JsonResult> {
+/** Validates and runs the handler; a 4xx answer (an ApiError or a domain error) becomes a result so it is stored and replayed too. */
+async function settle(next: () => Promise<JsonResult>): Promise<JsonResult> {
   try {
-    return await route.handle(ctx)
+    return await next()
   } catch (error) {
     const answer = httpError(error)
     if (answer && answer.status < 500) return { status: answer.status, body: answer.body(), headers: answer.headers }

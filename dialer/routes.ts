@@ -1,24 +1,24 @@
 // The dialer's HTTP surface (spec 4.1). Handlers only translate HTTP to the services.
 import { Invalid, NotFound } from '../platform/errors.js'
 import { enumParam, intParam } from '../gateway/query.js'
-import type { JsonRoute, RequestContext, Route } from '../platform/http.js'
-import { ADDRESS_TYPES, schemas } from '../schemas/index.js'
+import { jsonRoute, type JsonRoute, type RequestContext, type Route } from '../platform/http.js'
+import { ADDRESS_TYPES } from '../schemas/index.js'
 import type { Platform } from '../platform/index.js'
 import { validateLoad } from './contact-validation.js'
 import { type Batches, type BatchDoc, batchView } from './batches.js'
 import type { BatchLifecycle } from './lifecycle.js'
 import type { BatchLog } from './batch-log.js'
 import type { BlockedAddresses } from './blocked-addresses.js'
-import type { ColumnMapping, CsvImports } from './csv-import.js'
+import type { CsvImports } from './csv-import.js'
 import type { ContactLoads } from './loads.js'
 import type { Contacts } from './contacts.js'
 import { operationView, type Operations, type LifecycleType } from './operations.js'
 import type { Idempotency } from './idempotency.js'
 import type { Attempts } from './attempts.js'
 import { type ContactControl, emptyProgress } from './scheduler/index.js'
-import { OUTCOMES, type Outcome } from './rules.js'
+import { OUTCOMES } from './rules.js'
 import type { WebhookOutcomes } from './providers/index.js'
-import type { ErasureRequest, Erasures } from './erasure.js'
+import type { Erasures } from './erasure.js'
 
 const V1 = '/dialer/v1'
 const TAG = 'Dialer'
@@ -39,16 +39,6 @@ export interface DialerServices {
   /** Outcomes reported by the webhook provider's receiver. */
   outcomes: WebhookOutcomes
   erasures: Erasures
-}
-
-/** Parses and validates a JSON body against a schema; 400 VALIDATION_FAILED lists every problem. */
-function body<T>(ctx: RequestContext, schemaId: string): T {
-  const data = ctx.json()
-  const issues = schemas.validate(schemaId, data ?? {})
-  if (issues.length > 0) {
-    throw new Invalid('VALIDATION_FAILED', `The request body is invalid: ${issues.map(i => i.reason).join('; ')}`, { details: issues })
-  }
-  return data as T
 }
 
 type Page = { limit: number; offset: number }
@@ -95,7 +85,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
   const noFilter = () => ({})
 
   return [
-    write({
+    write(jsonRoute({
       method: 'post',
       path: `${V1}/batches`,
       role: 'dialer',
@@ -104,15 +94,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       requestSchema: 'dialer.batch.create',
       responses: { '201': { description: 'Created', schema: 'dialer.batch' }, '400': { description: 'Invalid body' } },
       handle: async ctx => {
-        const input = body<{
-          source?: 'api' | 'csv'
-          name: string
-          channel: 'phone' | 'email' | 'whatsapp'
-          duplicateStrategy: 'skip' | 'merge' | 'replace'
-          rules?: Record<string, unknown>
-          tempCsvKey?: string
-          columnMapping?: ColumnMapping
-        }>(ctx, 'dialer.batch.create')
+        const input = ctx.input
         const csv = input.tempCsvKey !== undefined
         if (input.source === 'csv' && !csv) throw new Invalid('VALIDATION_FAILED', 'source csv requires tempCsvKey and columnMapping', { details: [{ field: 'tempCsvKey', code: 'REQUIRED', reason: 'tempCsvKey is required for source csv' }] })
         if (input.source === 'api' && csv) throw new Invalid('VALIDATION_FAILED', 'tempCsvKey is only valid with source csv', { details: [{ field: 'source', code: 'INVALID_VALUE', reason: 'use source csv (or omit source) with tempCsvKey' }] })
@@ -134,7 +116,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
         }
         return { status: 201, body: { ...batchView(batch), progress: emptyProgress() } }
       },
-    }),
+    })),
     {
       method: 'get',
       path: `${V1}/batches`,
@@ -148,7 +130,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
         return { status: 200, body: await s.batches.list(ctx.principal.accountId, { status }, limit, offset) }
       },
     },
-    write({
+    write(jsonRoute({
       method: 'post',
       path: `${V1}/batches/upload-url`,
       role: 'dialer',
@@ -157,10 +139,9 @@ export function dialerRoutes(s: DialerServices): Route[] {
       requestSchema: 'dialer.upload-url.create',
       responses: { '201': { description: 'uploadUrl, tempCsvKey, expiresAt', schema: 'dialer.upload-url' }, '429': { description: 'UPLOAD_LIMIT_EXCEEDED' } },
       handle: async ctx => {
-        const input = body<{ fileName: string }>(ctx, 'dialer.upload-url.create')
-        return { status: 201, body: await s.imports.createUploadUrl(ctx.principal, input.fileName) }
+        return { status: 201, body: await s.imports.createUploadUrl(ctx.principal, ctx.input.fileName) }
       },
-    }),
+    })),
     {
       kind: 'upload',
       method: 'put',
@@ -210,6 +191,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       tag: TAG,
       summary: 'Insert contacts (one object, or {contacts:[1..1000]}); processed in the background',
       requestSchema: 'dialer.contacts.insert',
+      bodyCheckedByHandler: true,
       responses: { '202': { description: 'Queued; poll the operation at Location', schema: 'dialer.insert.accepted' }, '400': { description: 'Invalid contacts or account cap exceeded' }, '404': { description: 'No such batch' } },
       handle: async ctx => {
         // Checked and chunked off the event loop (a worker thread) when large: live sessions are not held.
@@ -238,7 +220,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
         return { status: 200, body: await s.control.detail(batch, ctx.params.contactId!) }
       },
     },
-    write({
+    write(jsonRoute({
       method: 'post',
       path: `${V1}/batches/:batchId/contacts/:contactId/reschedule`,
       role: 'dialer',
@@ -247,11 +229,10 @@ export function dialerRoutes(s: DialerServices): Route[] {
       requestSchema: 'dialer.contact.reschedule',
       responses: { '200': { description: 'The contact', schema: 'dialer.contact.view' }, '400': { description: 'Invalid scheduledAt' }, '404': { description: 'No such batch or contact' }, '409': { description: 'The contact is being dialed now' } },
       handle: async ctx => {
-        const input = body<{ scheduledAt: string }>(ctx, 'dialer.contact.reschedule')
         const batch = await s.batches.getWritable(ctx.principal.accountId, ctx.params.batchId!)
-        return { status: 200, body: await s.control.reschedule(batch, ctx.params.contactId!, input.scheduledAt) }
+        return { status: 200, body: await s.control.reschedule(batch, ctx.params.contactId!, ctx.input.scheduledAt) }
       },
-    }),
+    })),
     write({
       method: 'post',
       path: `${V1}/batches/:batchId/contacts/:contactId/cancel`,
@@ -271,7 +252,7 @@ export function dialerRoutes(s: DialerServices): Route[] {
       (batch, filter, { limit, offset }) => s.attempts.list(batch._id, filter, limit, offset),
       'dialer.attempt.list',
     ),
-    {
+    jsonRoute({
       method: 'post',
       path: `${V1}/attempts/:attemptId/outcome`,
       role: null,
@@ -286,19 +267,16 @@ export function dialerRoutes(s: DialerServices): Route[] {
         '404': { description: 'No such webhook attempt' },
         '409': { description: 'ATTEMPT_FINISHED or OUTCOME_ALREADY_REPORTED (the first report wins)' },
       },
-      handle: async ctx => {
-        // The signature covers the raw bytes: checked before the body is even parsed.
-        s.outcomes.authenticate(ctx.headers, ctx.params.attemptId!, ctx.body)
-        const input = body<{ outcome: Outcome; detail?: string }>(ctx, 'dialer.attempt.outcome')
-        return { status: 200, body: await s.outcomes.report(ctx.params.attemptId!, input.outcome, input.detail ?? null) }
-      },
-    },
+      // The signature covers the raw bytes: checked before the body is even parsed.
+      preValidation: ctx => s.outcomes.authenticate(ctx.headers, ctx.params.attemptId!, ctx.body),
+      handle: async ctx => ({ status: 200, body: await s.outcomes.report(ctx.params.attemptId!, ctx.input.outcome, ctx.input.detail ?? null) }),
+    }),
     batchListRoute('logs', 'The batch audit log, newest first; query limit, offset', noFilter, (batch, _, { limit, offset }) => s.log.list(batch.accountId, batch._id, limit, offset), 'dialer.batch.logs'),
     batchListRoute('import-errors', 'Per-row errors of the CSV import (row number, field, code, reason)', noFilter, (batch, _, { limit, offset }) =>
       s.imports.listRowErrors(batch._id, limit, offset),
       'dialer.import-errors',
     ),
-    write({
+    write(jsonRoute({
       method: 'post',
       path: `${V1}/erasures`,
       role: 'dialer',
@@ -309,9 +287,9 @@ export function dialerRoutes(s: DialerServices): Route[] {
         '202': { description: 'Accepted; poll the person.erasure operation at Location for its counts', schema: 'dialer.erasure.accepted' },
         '400': { description: 'VALIDATION_FAILED: no address and no identifier, or one that is not valid' },
       },
-      handle: async ctx => accepted(await s.erasures.request(ctx.principal, body<ErasureRequest>(ctx, 'dialer.erasure.create'))),
-    }),
-    write({
+      handle: async ctx => accepted(await s.erasures.request(ctx.principal, ctx.input)),
+    })),
+    write(jsonRoute({
       method: 'post',
       path: `${V1}/blocked-addresses`,
       role: 'dialer',
@@ -319,12 +297,9 @@ export function dialerRoutes(s: DialerServices): Route[] {
       summary: 'Block addresses for the whole account',
       requestSchema: 'dialer.blocked-addresses.block',
       responses: { '200': { description: 'How many were blocked and skipped (already blocked or repeated)', schema: 'dialer.blocked.result' }, '400': { description: 'ADDRESS_REQUIRED or VALIDATION_FAILED' } },
-      handle: async ctx => {
-        const input = body<any>(ctx, 'dialer.blocked-addresses.block')
-        return { status: 200, body: await s.blocked.block(ctx.principal.accountId, actorOf(ctx), input) }
-      },
-    }),
-    write({
+      handle: async ctx => ({ status: 200, body: await s.blocked.block(ctx.principal.accountId, actorOf(ctx), ctx.input) }),
+    })),
+    write(jsonRoute({
       method: 'del',
       path: `${V1}/blocked-addresses`,
       role: 'dialer',
@@ -332,11 +307,8 @@ export function dialerRoutes(s: DialerServices): Route[] {
       summary: 'Unblock addresses (addressType must equal the one used to block)',
       requestSchema: 'dialer.blocked-addresses.unblock',
       responses: { '200': { description: 'How many were removed', schema: 'dialer.unblocked.result' }, '400': { description: 'ADDRESS_REQUIRED or VALIDATION_FAILED' } },
-      handle: async ctx => {
-        const input = body<any>(ctx, 'dialer.blocked-addresses.unblock')
-        return { status: 200, body: await s.blocked.unblock(ctx.principal.accountId, input) }
-      },
-    }),
+      handle: async ctx => ({ status: 200, body: await s.blocked.unblock(ctx.principal.accountId, ctx.input) }),
+    })),
     {
       method: 'get',
       path: `${V1}/blocked-addresses`,

@@ -14,6 +14,7 @@ import type { AuthThrottle } from './auth-throttle.js'
 import { BodyStream, DEFAULT_HEAD_LIMITS, paramNames, parseJsonBody, readBody, readHead, type HeadLimits, type RequestHead } from './request.js'
 import { Reply } from './response.js'
 import { mountConsole } from './static.js'
+import { validatedInput } from './validation.js'
 import { ApiError, httpError, type JsonResult, type RequestContext, type Route, type StreamSink } from '../platform/http.js'
 import type { Principal } from '../platform/principal.js'
 import type { Logger } from '../platform/logger.js'
@@ -187,10 +188,13 @@ export class Gateway {
       aborted: reply.abortedPromise,
       body: bytes,
       json: () => parseJsonBody(bytes, maxJsonDepth),
+      input: undefined,
     })
     if (route.kind === 'upload') return this.respond(reply, await route.handle(context(NO_BYTES), body as BodyStream), requestId)
     const ctx = context(await (body as Promise<Buffer>))
+    route.preValidation?.(ctx)
     if (route.kind === 'stream') {
+      ctx.input = validatedInput(route, ctx)
       await route.open(ctx, headers => {
         const sink = reply.stream(
           { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Request-Id': requestId, ...headers },
@@ -203,7 +207,11 @@ export class Gateway {
       })
       return 200
     }
-    return this.respond(reply, await route.handle(ctx), requestId)
+    const run = () => {
+      ctx.input = validatedInput(route, ctx)
+      return route.handle(ctx)
+    }
+    return this.respond(reply, await (route.around ? route.around(ctx, run) : run()), requestId)
   }
 
   private respond(reply: Reply, result: JsonResult, requestId: string): number {

@@ -39,6 +39,8 @@ export interface Config {
   }
   /** Embedded mode keeps uploads here. */
   dataDir: string
+  /** How often the embedded store expires what its TTL indexes say is past (0: never; tests sweep themselves). */
+  storeSweepMs: number
   apiKeys: string
   maxBodyBytes: number
   maxUploadBytes: number
@@ -291,6 +293,7 @@ export function loadConfig(env: Env = process.env): Config {
       wireVersion: Number(oneOf(env, 'NATS_WIRE_VERSION', WIRE_VERSIONS.map(String), String(WIRE_VERSIONS[WIRE_VERSIONS.length - 1]))) as WireVersion,
     },
     dataDir: env.DATA_DIR || '.data',
+    storeSweepMs: int(env, 'STORE_TTL_SWEEP_MS', 1000, 0),
     apiKeys: env.API_KEYS ?? '',
     maxBodyBytes: int(env, 'MAX_BODY_BYTES', 5 * 1024 * 1024, 1024),
     maxUploadBytes: int(env, 'MAX_UPLOAD_BYTES', 1024 * 1024 * 1024, 1024),

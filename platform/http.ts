@@ -5,11 +5,12 @@
 // the modules' own logic imports platform/errors.ts and never learns a status code.
 import { DomainError, type ErrorKind } from './errors.js'
 import type { Principal, Role } from './principal.js'
+import type { BodyOf, RequestSchemaId } from '../schemas/index.js'
 
 export type { Principal, Role } from './principal.js'
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'del'
 
-export interface RequestContext {
+export interface RequestContext<Body = unknown> {
   method: string
   url: string
   params: Record<string, string>
@@ -21,6 +22,8 @@ export interface RequestContext {
   requestId: string
   /** Parses the body as JSON; an empty body is `undefined`; malformed JSON is a 400. */
   json(): unknown
+  /** The body, validated against the route's `requestSchema` before the handler runs (undefined without one). */
+  input: Body
   /** Resolves when the client goes away (stream routes use it to clean up). */
   aborted: Promise<void>
 }
@@ -52,16 +55,34 @@ interface RouteBase {
   tag: string
   /** Role required; `null` means no API key (health, signed uploads). */
   role: Role | null
-  /** JSON Schema id of the request body, published in the OpenAPI document. */
-  requestSchema?: string
+  /**
+   * The request body's JSON Schema (schemas/): the gateway validates the body against it before
+   * the handler runs (400 VALIDATION_FAILED listing every problem) and hands the handler the
+   * typed `ctx.input`; the OpenAPI document publishes it.
+   */
+  requestSchema?: RequestSchemaId
+  /** An absent body stands for `{}` (and is validated as such); otherwise it is a 400. */
+  bodyOptional?: boolean
+  /**
+   * The handler checks the body against `requestSchema` itself: a contact load of up to 1,000
+   * contacts is validated off the event loop, with each problem's contact index.
+   */
+  bodyCheckedByHandler?: boolean
   responses?: Record<string, { description: string; schema?: string }>
   /** Headers this route requires beyond `apikey` (e.g. UserId), documented in OpenAPI. */
   requiredHeaders?: string[]
 }
 
-export interface JsonRoute extends RouteBase {
+export interface JsonRoute<Body = unknown> extends RouteBase {
   kind?: 'json'
-  handle(ctx: RequestContext): Promise<JsonResult>
+  /** Runs before the body is validated: checks that come first (a webhook's signature over the raw bytes, a required header). */
+  preValidation?(ctx: RequestContext): void
+  /**
+   * Wraps validation and the handler: `next` validates the body and runs `handle`. An
+   * idempotent write stores what it answers here, a 400 for an invalid body included.
+   */
+  around?(ctx: RequestContext, next: () => Promise<JsonResult>): Promise<JsonResult>
+  handle(ctx: RequestContext<Body>): Promise<JsonResult>
 }
 
 /** Receives the body as a stream of chunks (uploads); nothing is buffered whole. */
@@ -70,13 +91,28 @@ export interface UploadRoute extends RouteBase {
   handle(ctx: Omit<RequestContext, 'body' | 'json'>, body: AsyncIterable<Buffer>): Promise<JsonResult>
 }
 
-export interface StreamRoute extends RouteBase {
+export interface StreamRoute<Body = unknown> extends RouteBase {
   kind: 'stream'
-  /** Called once the body is read. Throwing (an ApiError or a DomainError) before the first write answers JSON. */
-  open(ctx: RequestContext, start: (headers?: Record<string, string>) => StreamSink): Promise<void>
+  /** Runs before the body is validated (see JsonRoute). */
+  preValidation?(ctx: RequestContext): void
+  /** Called once the body is read and valid. Throwing (an ApiError or a DomainError) before the first write answers JSON. */
+  open(ctx: RequestContext<Body>, start: (headers?: Record<string, string>) => StreamSink): Promise<void>
 }
 
 export type Route = JsonRoute | UploadRoute | StreamRoute
+
+/**
+ * A JSON route whose handler reads a body of the type its `requestSchema` describes (the type
+ * is derived from the schema itself: schemas/index.ts, BodyOf).
+ */
+export function jsonRoute<Id extends RequestSchemaId>(route: JsonRoute<BodyOf<Id>> & { requestSchema: Id }): JsonRoute {
+  return route as unknown as JsonRoute
+}
+
+/** A stream route whose opener reads a body of its `requestSchema`'s type. */
+export function streamRoute<Id extends RequestSchemaId>(route: StreamRoute<BodyOf<Id>> & { requestSchema: Id }): StreamRoute {
+  return route as unknown as StreamRoute
+}
 
 /** What each module (dialer, engine, reports) exposes to the service that assembles them. */
 export interface ServiceModule {

@@ -104,4 +104,4 @@ export const adminSchemas = {
       },
     },
   },
-}
+} as const

@@ -127,4 +127,4 @@ export const channelSchemas = {
       ].map(name => [name, { $ref: `event.${name}` }]),
     ),
   },
-}
+} as const

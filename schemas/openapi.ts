@@ -9,6 +9,7 @@ export interface RouteDescription {
   tag: string
   role: string | null
   requestSchema?: string
+  bodyOptional?: boolean
   /** Id of an object schema whose properties are the route's query parameters. */
   querySchema?: string
   requiredHeaders?: string[]
@@ -66,7 +67,7 @@ export function buildOpenApi(routes: RouteDescription[], all: Map<string, JsonSc
       ...(route.role ? { security: [{ apikey: [] }], 'x-role': route.role } : { security: [] }),
       ...(parameters.length ? { parameters } : {}),
       ...(route.requestSchema
-        ? { requestBody: { required: true, content: { 'application/json': { schema: { $ref: `#/components/schemas/${componentName(route.requestSchema)}` } } } } }
+        ? { requestBody: { required: !route.bodyOptional, content: { 'application/json': { schema: { $ref: `#/components/schemas/${componentName(route.requestSchema)}` } } } } }
         : {}),
       responses,
     }

@@ -1,10 +1,10 @@
 // Session administration (spec 4.3): live supervisor operations on one session. Every route
 // needs the admin role and a UserId header, which the history records.
 import { Invalid } from '../../platform/errors.js'
-import type { JsonRoute, RequestContext, Route } from '../../platform/http.js'
-import type { ContextMessageInput } from '../session/machine.js'
+import { jsonRoute, type JsonRoute, type RequestContext, type Route } from '../../platform/http.js'
+import type { BodyOf, RequestSchemaId } from '../../schemas/index.js'
 import type { SessionCommand, SessionTransport } from '../transport.js'
-import { body, userIdOf, uuidParam } from './common.js'
+import { userIdOf, uuidParam } from './common.js'
 
 export const ADMIN_BASE = '/engine/api/administration/session'
 const tag = 'Session administration'
@@ -18,93 +18,102 @@ const errors = {
   '500': { description: 'Unexpected server error' },
 }
 
-type Build = (ctx: RequestContext, userId: string) => SessionCommand
-
 export function adminRoutes(transport: SessionTransport): Route[] {
   const target = (ctx: RequestContext) => ({ sessionId: uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID'), accountId: ctx.principal.accountId })
-
-  /** A PUT that runs one command and answers 200 with an empty body. */
-  const action = (name: string, summary: string, build: Build, requestSchema?: string): JsonRoute => ({
-    method: 'put',
+  // Who acts and on which session are checked before the body: a request without UserId is told so first.
+  const preValidation = (ctx: RequestContext) => {
+    userIdOf(ctx)
+    target(ctx)
+  }
+  const base = (name: string, summary: string) => ({
+    method: 'put' as const,
     path: `${ADMIN_BASE}/:sessionId/${name}`,
-    role: 'admin',
+    role: 'admin' as const,
     tag,
     summary,
     requiredHeaders: ['UserId'],
-    ...(requestSchema ? { requestSchema } : {}),
-    responses: { '200': { description: 'Done (empty body)' }, ...errors },
+    preValidation,
+  })
+  const done = { '200': { description: 'Done (empty body)' }, ...errors }
+
+  /** A PUT without a body that runs one command and answers 200 with an empty body. */
+  const action = (name: string, summary: string, command: (userId: string) => SessionCommand): JsonRoute => ({
+    ...base(name, summary),
+    responses: done,
     async handle(ctx) {
-      const userId = userIdOf(ctx)
-      const t = target(ctx)
-      await transport.command(t, build(ctx, userId))
+      await transport.command(target(ctx), command(userIdOf(ctx)))
       return { status: 200 }
     },
   })
 
+  /** The same with a body of `requestSchema`'s type (the gateway validated it: ctx.input is that type). */
+  const actionWithBody = <Id extends RequestSchemaId>(
+    name: string,
+    summary: string,
+    requestSchema: Id,
+    command: (input: BodyOf<Id>, userId: string) => SessionCommand,
+    bodyOptional = false,
+  ): JsonRoute => {
+    const commandOf = command as unknown as (input: unknown, userId: string) => SessionCommand
+    return {
+      ...base(name, summary),
+      requestSchema,
+      bodyOptional,
+      responses: done,
+      async handle(ctx) {
+        await transport.command(target(ctx), commandOf(ctx.input, userIdOf(ctx)))
+        return { status: 200 }
+      },
+    }
+  }
+
   return [
-    action(
-      'append',
-      'Append messages to the conversation context (existing ones are kept)',
-      (ctx, userId) => ({ type: 'admin.append', userId, messages: body<{ context: ContextMessageInput[] }>(ctx, 'admin.append').context }),
-      'admin.append',
-    ),
-    action(
+    actionWithBody('append', 'Append messages to the conversation context (existing ones are kept)', 'admin.append', (input, userId) => ({
+      type: 'admin.append',
+      userId,
+      messages: [...input.context],
+    })),
+    actionWithBody(
       'override',
       'Replace the whole conversation context ({context:[...]}; [] clears it), optionally the session arguments',
-      (ctx, userId) => {
-        const b = body<{ context: ContextMessageInput[]; arguments?: Record<string, unknown> }>(ctx, 'admin.override')
-        return { type: 'admin.override', userId, messages: b.context, arguments: b.arguments }
-      },
       'admin.override',
+      (input, userId) => ({ type: 'admin.override', userId, messages: [...input.context], arguments: input.arguments }),
     ),
-    action('attend', 'Make the assistant reply now, out of turn', (_ctx, userId) => ({ type: 'admin.attend', userId })),
-    action(
-      'whisper',
-      'Hidden system message for the assistant; recorded, never sent to the end user',
-      (ctx, userId) => ({ type: 'admin.whisper', userId, text: body<{ text: string }>(ctx, 'admin.whisper').text }),
-      'admin.whisper',
-    ),
-    action(
-      'impersonate',
-      'Send a message as the assistant, without generation',
-      (ctx, userId) => {
-        const b = body<{ text: string; applyModifiers?: boolean }>(ctx, 'admin.impersonate')
-        return { type: 'admin.impersonate', userId, text: b.text, applyModifiers: b.applyModifiers ?? false }
-      },
-      'admin.impersonate',
-    ),
-    {
-      method: 'put',
-      path: `${ADMIN_BASE}/:sessionId/toolinject`,
-      role: 'admin',
-      tag,
-      summary: "Run one of the crew's tools in the session; answers the tool's result (external tools: pending + correlationId)",
-      requiredHeaders: ['UserId'],
+    action('attend', 'Make the assistant reply now, out of turn', userId => ({ type: 'admin.attend', userId })),
+    actionWithBody('whisper', 'Hidden system message for the assistant; recorded, never sent to the end user', 'admin.whisper', (input, userId) => ({
+      type: 'admin.whisper',
+      userId,
+      text: input.text,
+    })),
+    actionWithBody('impersonate', 'Send a message as the assistant, without generation', 'admin.impersonate', (input, userId) => ({
+      type: 'admin.impersonate',
+      userId,
+      text: input.text,
+      applyModifiers: input.applyModifiers ?? false,
+    })),
+    jsonRoute({
+      ...base('toolinject', "Run one of the crew's tools in the session; answers the tool's result (external tools: pending + correlationId)"),
       requestSchema: 'admin.toolinject',
       responses: { '200': { description: 'The tool result', schema: 'admin.toolResult' }, ...errors },
       async handle(ctx) {
-        const userId = userIdOf(ctx)
-        const t = target(ctx)
-        const b = body<{ tool: string; args?: unknown }>(ctx, 'admin.toolinject')
-        const result = await transport.command(t, { type: 'admin.toolinject', userId, tool: b.tool, args: b.args ?? {} })
+        const result = await transport.command(target(ctx), { type: 'admin.toolinject', userId: userIdOf(ctx), tool: ctx.input.tool, args: ctx.input.args ?? {} })
         return { status: 200, body: result }
       },
-    },
-    action(
-      'transfer',
-      "Hand the conversation to another agent of the crew (target); the conversation continues",
-      (ctx, userId) => {
-        const b = body<{ target: string; reason?: string }>(ctx, 'admin.transfer')
-        return { type: 'admin.transfer', userId, target: b.target, reason: b.reason }
-      },
-      'admin.transfer',
-    ),
-    action('pause', 'Suspend the assistant: it produces nothing; user messages are kept', (ctx, userId) => ({
-      type: 'admin.pause',
+    }),
+    actionWithBody('transfer', 'Hand the conversation to another agent of the crew (target); the conversation continues', 'admin.transfer', (input, userId) => ({
+      type: 'admin.transfer',
       userId,
-      reason: body<{ reason?: string }>(ctx, 'admin.pause', true).reason,
+      target: input.target,
+      reason: input.reason,
     })),
-    action('resume', 'Resume a paused session; kept user messages are answered', (_ctx, userId) => ({ type: 'admin.resume', userId })),
+    actionWithBody(
+      'pause',
+      'Suspend the assistant: it produces nothing; user messages are kept',
+      'admin.pause',
+      (input, userId) => ({ type: 'admin.pause', userId, reason: input.reason }),
+      true,
+    ),
+    action('resume', 'Resume a paused session; kept user messages are answered', userId => ({ type: 'admin.resume', userId })),
     {
       method: 'get',
       path: `${ADMIN_BASE}/:sessionId/history`,
@@ -141,14 +150,17 @@ export function adminRoutes(transport: SessionTransport): Route[] {
       tag,
       summary: 'Deliver the final result of an externally run tool; the waiting tool call completes',
       requiredHeaders: ['UserId'],
+      preValidation(ctx) {
+        preValidation(ctx)
+        uuidParam(ctx, 'correlationUUID', 'INVALID_CORRELATION_ID')
+      },
       requestSchema: 'admin.external.result',
       responses: { '200': { description: 'Delivered (empty body)' }, ...errors, '404': { description: 'SESSION_NOT_FOUND or CORRELATION_NOT_FOUND' }, '409': { description: 'CORRELATION_ALREADY_RESOLVED' } },
       async handle(ctx) {
         const userId = userIdOf(ctx)
         const t = target(ctx)
         const correlationId = uuidParam(ctx, 'correlationUUID', 'INVALID_CORRELATION_ID')
-        const result = body<unknown>(ctx, 'admin.external.result')
-        await transport.command(t, { type: 'external.resolve', userId, correlationId, result })
+        await transport.command(t, { type: 'external.resolve', userId, correlationId, result: ctx.input })
         return { status: 200 }
       },
     },

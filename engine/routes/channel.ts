@@ -1,13 +1,12 @@
 // The assistant channel (spec 4.2): create a session and stream it, send user messages,
 // attach more consumers (or resume one with Last-Event-ID), end the session.
 import { Invalid } from '../../platform/errors.js'
-import type { Route } from '../../platform/http.js'
+import { jsonRoute, streamRoute, type Route } from '../../platform/http.js'
 import { parseLastEventId } from '../../gateway/sse.js'
 import { isUuid } from '../../platform/ids.js'
 import type { ChannelHub } from '../streams/hub.js'
 import type { SessionTransport } from '../transport.js'
-import type { OutboundSpec } from '../types.js'
-import { body, uuidParam } from './common.js'
+import { uuidParam } from './common.js'
 
 export const CHANNEL_BASE = '/assistants-channel/api/v1/channel/api/eventstream'
 export const listenPath = (sessionId: string, consumerId: string) => `${CHANNEL_BASE}/${sessionId}/listen?consumerId=${consumerId}`
@@ -22,7 +21,7 @@ const errors = {
 
 export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Route[] {
   return [
-    {
+    streamRoute({
       kind: 'stream',
       method: 'post',
       path: `${CHANNEL_BASE}/:crewId`,
@@ -30,6 +29,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       tag,
       summary: 'Create a session with a crew and stream its events (first event: Initialized)',
       requestSchema: 'channel.create',
+      bodyOptional: true,
       responses: {
         '200': { description: 'text/event-stream: Initialized, then the session events', schema: 'channel.stream' },
         '400': errors['400'],
@@ -37,20 +37,21 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
         '503': { description: 'OVERLOADED (Retry-After)' },
       },
       async open(ctx, start) {
-        const request = body<{ arguments?: Record<string, unknown>; outbound?: OutboundSpec }>(ctx, 'channel.create', true)
-        await hub.create(
-          { accountId: ctx.principal.accountId, crewId: ctx.params.crewId!, arguments: request.arguments ?? {}, outbound: request.outbound },
-          start,
-        )
+        const { arguments: args = {}, outbound } = ctx.input
+        await hub.create({ accountId: ctx.principal.accountId, crewId: ctx.params.crewId!, arguments: args, outbound }, start)
       },
-    },
-    {
+    }),
+    jsonRoute({
       method: 'put',
       path: `${CHANNEL_BASE}/:sessionId/:consumerId`,
       role: 'channel',
       tag,
       summary: 'Send a user message; the reply arrives on the stream',
       requestSchema: 'channel.message',
+      preValidation(ctx) {
+        uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
+        uuidParam(ctx, 'consumerId', 'INVALID_CONSUMER_ID')
+      },
       responses: {
         '201': { description: 'Accepted', schema: 'channel.accepted' },
         ...errors,
@@ -59,12 +60,11 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       async handle(ctx) {
         const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
         const consumerId = uuidParam(ctx, 'consumerId', 'INVALID_CONSUMER_ID')
-        const { message } = body<{ message: string }>(ctx, 'channel.message')
         hub.admitMessage()
-        await transport.command({ sessionId, accountId: ctx.principal.accountId }, { type: 'user.message', consumerId, text: message })
+        await transport.command({ sessionId, accountId: ctx.principal.accountId }, { type: 'user.message', consumerId, text: ctx.input.message })
         return { status: 201, body: { sessionId, consumerId, status: 'accepted' } }
       },
-    },
+    }),
     {
       kind: 'stream',
       method: 'post',
@@ -86,20 +86,22 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
         )
       },
     },
-    {
+    jsonRoute({
       method: 'del',
       path: `${CHANNEL_BASE}/:sessionId`,
       role: 'channel',
       tag,
       summary: 'End the session: every stream gets session.closed and ends',
       requestSchema: 'channel.destroy',
+      bodyOptional: true,
+      preValidation: ctx => void uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID'),
       responses: { '201': { description: 'Destroyed', schema: 'channel.destroyed' }, ...errors },
       async handle(ctx) {
         const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
-        const { reason = 'finished' } = body<{ reason?: string }>(ctx, 'channel.destroy', true)
+        const { reason = 'finished' } = ctx.input
         await transport.command({ sessionId, accountId: ctx.principal.accountId }, { type: 'session.destroy', reason, by: 'channel' })
         return { status: 201, body: { sessionId, status: 'destroyed', reason } }
       },
-    },
+    }),
   ]
 }

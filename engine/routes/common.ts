@@ -2,19 +2,6 @@
 import { Invalid } from '../../platform/errors.js'
 import type { RequestContext } from '../../platform/http.js'
 import { isUuid } from '../../platform/ids.js'
-import { schemas } from '../../schemas/index.js'
-
-/** Parses and validates a JSON body; an absent body is `{}` when `optional`. */
-export function body<T>(ctx: RequestContext, schemaId: string, optional = false): T {
-  const data = ctx.json()
-  if (data === undefined) {
-    if (optional) return {} as T
-    throw new Invalid('VALIDATION_FAILED', 'A JSON body is required', { details: [{ field: '(body)', code: 'REQUIRED', reason: 'A JSON body is required' }] })
-  }
-  const issues = schemas.validate(schemaId, data)
-  if (issues.length) throw new Invalid('VALIDATION_FAILED', `The request body is invalid (${issues.length} problem${issues.length > 1 ? 's' : ''})`, { details: issues })
-  return data as T
-}
 
 export function uuidParam(ctx: RequestContext, name: string, code: string): string {
   const value = ctx.params[name] ?? ''

@@ -6,7 +6,7 @@
 // must fail its write before anything of it is queued.
 import type { Database, RootDatabase } from 'lmdb'
 import { Packr } from 'msgpackr'
-import { assertLogPosition, assertLogStream, type LogRecord, type OrderedLog } from './types.js'
+import { assertLogPosition, assertLogStream, StoreUnavailableError, type LogRecord, type OrderedLog } from './types.js'
 
 type Key = [string, number]
 
@@ -19,12 +19,22 @@ const packr = new Packr({ useRecords: false })
 export class LmdbLog<V> implements OrderedLog<V> {
   private readonly db: Database<Buffer, Key>
 
-  constructor(env: RootDatabase, readonly name: string) {
+  constructor(
+    env: RootDatabase,
+    readonly name: string,
+    /** True once the store's environment is closing: a write then is refused, not queued. */
+    private readonly ended: () => boolean = () => false,
+  ) {
     this.db = env.openDB<Buffer, Key>({ name: `l:${name}`, encoding: 'binary' })
+  }
+
+  private assertOpen() {
+    if (this.ended()) throw new StoreUnavailableError('the embedded store is closed')
   }
 
   async write(records: LogRecord<V>[]) {
     if (records.length === 0) return
+    this.assertOpen()
     const encoded = records.map(r => {
       assertLogStream(r.stream)
       assertLogPosition(r.position)
@@ -49,6 +59,7 @@ export class LmdbLog<V> implements OrderedLog<V> {
   }
 
   async drop(stream: string) {
+    this.assertOpen()
     const keys = [...this.db.getKeys({ start: [stream, 0], end: [stream, END] })]
     if (keys.length === 0) return
     await this.db.batch(() => {

@@ -73,6 +73,8 @@ export class LmdbStore implements Store {
   private readonly chores = new Set<Promise<unknown>>()
   /** Set when close() starts: background work stops at its next step. */
   closed = false
+  /** Set once the environment is being closed: writes are refused from then on. */
+  private writesEnded = false
 
   readonly sharedPath: string
   readonly logger?: Logger
@@ -90,12 +92,14 @@ export class LmdbStore implements Store {
       // Readers are released by lmdb-js itself; several processes (service, key CLI) share the file.
       maxReaders: 252,
     })
-    this.batches = new WriteBatches(this.env, this.holds)
+    this.batches = new WriteBatches(this.env, this.holds, () => this.writesEnded)
     this.meta = this.env.openDB<unknown, string>({ name: 'm:indexes' })
     this.structures = this.env.openDB<unknown, string>({ name: 'm:structures' })
     const interval = options.sweepIntervalMs ?? 1000
     if (interval > 0) {
-      this.sweeper = setInterval(() => void this.sweep(), interval)
+      this.sweeper = setInterval(() => {
+        if (!this.sweeping) void this.sweep()
+      }, interval)
       this.sweeper.unref()
     }
   }
@@ -110,7 +114,7 @@ export class LmdbStore implements Store {
 
   orderedLog<V>(name: string): OrderedLog<V> {
     let log = this.logs.get(name)
-    if (!log) this.logs.set(name, (log = new LmdbLog<V>(this.env, name)))
+    if (!log) this.logs.set(name, (log = new LmdbLog<V>(this.env, name, () => this.writesEnded)))
     return log
   }
 
@@ -166,7 +170,9 @@ export class LmdbStore implements Store {
 
   /** One TTL pass over every collection with a TTL index; answers how many documents expired. */
   async sweep(): Promise<number> {
-    if (this.sweeping || this.closed) return 0
+    // A pass under way read an earlier clock: this one waits for it and sweeps as of now.
+    while (this.sweeping) await this.sweeping.catch(() => 0)
+    if (this.closed) return 0
     const pass = (async () => {
       let removed = 0
       for (const collection of this.collections.values()) removed += await collection.sweepExpired(this.clock.now(), this.ttl.slice, this.ttl.slices)
@@ -246,6 +252,9 @@ export class LmdbStore implements Store {
     await this.sweeping?.catch(() => undefined)
     await this.moved()
     await Promise.all(this.chores)
+    // From here a write would reach lmdb-js after its environment closed, where it throws on a
+    // timer no caller can catch: it is refused instead (StoreUnavailableError).
+    this.writesEnded = true
     await this.env.close()
   }
 }

@@ -12,6 +12,7 @@
 // a counted index except an index build, which writes moves due first (LmdbCollection).
 import type { RootDatabase } from 'lmdb'
 import type { WriteHolds } from './write-holds.js'
+import { StoreUnavailableError } from './types.js'
 
 /** What has counted moves to write before the transaction commits. */
 export interface PendingCounts {
@@ -41,6 +42,7 @@ export class WriteBatches {
   constructor(
     private readonly env: RootDatabase,
     private readonly holds: WriteHolds,
+    private readonly ended: () => boolean = () => false,
   ) {}
 
   /**
@@ -49,6 +51,7 @@ export class WriteBatches {
    * transaction's other work is not affected: work throws before it writes).
    */
   run<R>(work: () => R, queuedAt?: number): Promise<R> {
+    if (this.ended()) return Promise.reject(new StoreUnavailableError('the embedded store is closed'))
     let committed = this.committed
     let index = 0
     if (this.queued && committed) {

@@ -9,7 +9,7 @@ import { join } from 'node:path'
 import { LmdbStore } from '../../platform/store/lmdb-store.js'
 import { WRITE_SLICE } from '../../platform/store/lmdb-collection.js'
 import { GROUP_SLICE } from '../../platform/store/sliced-group.js'
-import { DuplicateKeyError, type Doc } from '../../platform/store/types.js'
+import { DuplicateKeyError, StoreUnavailableError, type Doc } from '../../platform/store/types.js'
 import { buildService } from '../support/processes.js'
 import { tempDir } from '../support/temp-dir.js'
 
@@ -893,4 +893,25 @@ t.test('-0 in an indexed field is 0: found through the index, and an update take
   await c.updateOne({ _id: 'x' }, { $set: { b: 1 } })
   t.same([...store.servingIndexDb('c', 'a_b').getKeys({})], [[3, 'k', 2, 1, 'x']], 'the entry moved: nothing left under the old value')
   t.same(await c.find({ a: 'k', b: 0 }), [])
+})
+
+t.test('a write that comes after the store closed is refused, not thrown where nobody can catch it', async t => {
+  const store = new LmdbStore({ path: tempDir(t), sweepIntervalMs: 0 })
+  const contacts = store.collection('contacts')
+  const journal = store.orderedLog<{ text: string }>('journal')
+  await contacts.insertOne({ _id: 'kept' })
+  await journal.write([{ stream: 's', position: 1, value: { text: 'kept' } }])
+  const uncaught: unknown[] = []
+  const onUncaught = (error: unknown) => uncaught.push(error)
+  process.on('uncaughtException', onUncaught)
+  t.teardown(() => void process.off('uncaughtException', onUncaught))
+  // A write-behind timer that fires while the service shuts down: its write races the close.
+  const closing = store.close()
+  const late = [contacts.insertOne({ _id: 'late' }), journal.write([{ stream: 's', position: 2, value: { text: 'late' } }])]
+  await closing
+  const after = [contacts.insertOne({ _id: 'after' }), journal.write([{ stream: 's', position: 3, value: { text: 'after' } }]), journal.drop('s')]
+  for (const result of await Promise.allSettled(late)) t.ok(result.status === 'fulfilled' || result.reason instanceof Error, 'a write racing the close is done or refused')
+  for (const result of await Promise.allSettled(after)) t.match(result, { status: 'rejected', reason: StoreUnavailableError }, 'a write after the close is refused')
+  await new Promise(resolve => setTimeout(resolve, 50))
+  t.same(uncaught, [], 'nothing thrown outside a caller')
 })

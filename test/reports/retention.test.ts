@@ -32,7 +32,8 @@ async function sharedDatabase(t: Parameters<typeof startTestService>[0], store: 
   const dataDir = `/tmp/switchboard-test-${randomUUID()}`
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
   const mongoUrl = store === 'mongo' ? await mongoUrlFor(t) : undefined
-  return { DATA_DIR: dataDir, ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}) }
+  // The test sweeps when it means to: a background sweep on the clock set years ahead would expire the seeds early.
+  return { DATA_DIR: dataDir, STORE_TTL_SWEEP_MS: '0', ...(mongoUrl ? { MONGO_URL: mongoUrl } : {}) }
 }
 
 for (const store of STORES) {
