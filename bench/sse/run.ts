@@ -13,7 +13,7 @@
 // to the baseline measured in the same run. Capacity: the highest rate of RATES whose p99 < 10 ms.
 //
 //   node --import @tapjs/typescript/import bench/sse/run.ts
-//   BENCH_RUNS=3 BENCH_SESSIONS=1000 BENCH_HOLD=10000 BENCH_RATES=500,1000,2000 BENCH_SECONDS=5 BENCH_TARGETS=switchboard,uws
+//   BENCH_RUNS=3 BENCH_SESSIONS=1000 BENCH_HOLD=10000 BENCH_RATES=500,1000,2000 BENCH_SECONDS=5 BENCH_TARGETS=switchboard,uws,floor
 //   BENCH_OVERLAP=1  a session takes its next message before its last is answered (several in
 //   flight per session, e.g. BENCH_SESSIONS=90 BENCH_RATES=300: 3.3 messages a second each)
 //   BENCH_SOCKETS=64  keep-alive sockets the PUTs share (64: a PUT waits for a free one, so a slow 201
@@ -39,8 +39,8 @@ const HOLD = Number(process.env.BENCH_HOLD ?? 10_000)
 const RATES = (process.env.BENCH_RATES ?? '500,1000,2000').split(',').filter(Boolean).map(Number)
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
 const HOLD_SETTLE_MS = Number(process.env.BENCH_HOLD_SETTLE_MS ?? 12_000)
-const TARGETS = (process.env.BENCH_TARGETS ?? 'switchboard,uws').split(',')
-const BASELINE = TARGETS.find(t => t !== 'switchboard') ?? 'uws'
+const TARGETS = (process.env.BENCH_TARGETS ?? 'switchboard,uws,floor').split(',')
+const BASELINE = TARGETS.includes('uws') ? 'uws' : (TARGETS.find(t => t !== 'switchboard') ?? 'uws')
 const OPEN_CONCURRENCY = 128
 const HARD_LIMIT_MS = Number(process.env.BENCH_HARD_LIMIT_MS ?? 900_000)
 const CHANNEL = '/assistants-channel/api/v1/channel/api/eventstream'
