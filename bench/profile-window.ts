@@ -4,7 +4,7 @@
 // bench/sse/allocations.ts read them. BENCH_PROMOTED=1: the allocation profile leaves out what
 // young-generation collections freed (what lived long enough to be promoted).
 import type { Session } from 'node:inspector'
-import { writeFileSync } from 'node:fs'
+import { mkdirSync, writeFileSync } from 'node:fs'
 
 const profileDir = process.env.BENCH_PROFILE
 
@@ -38,6 +38,7 @@ export class ProfileWindow {
     const gc = (globalThis as { gc?: (options: object) => void }).gc
     if (process.env.BENCH_PROMOTED && gc) for (let i = 0; i < 2; i++) gc({ type: 'minor', execution: 'sync' })
     const { profile: heap } = await this.post('HeapProfiler.stopSampling')
+    mkdirSync(profileDir!, { recursive: true })
     writeFileSync(`${profileDir}/${name}.cpuprofile`, JSON.stringify(profile))
     writeFileSync(`${profileDir}/${name}.heapprofile`, JSON.stringify(heap))
     this.session.disconnect()
