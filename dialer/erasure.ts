@@ -413,11 +413,13 @@ export class Erasures {
    */
   private async matching<T extends Doc>(collection: Collection<T>, scope: Filter, filter: Filter, store: Store = this.store, projection?: Record<string, 1>): Promise<T[]> {
     const options = projection ? { projection } : {}
-    if (store.kind === 'mongo') return collection.find({ ...scope, ...filter }, options)
+    // One helper for every collection: its filters are the callers', checked there.
+    const where = (f: Filter) => f as Filter<T>
+    if (store.kind === 'mongo') return collection.find(where({ ...scope, ...filter }), options)
     const out: T[] = []
     for (let after: string | null = null; ; ) {
-      const ids = await collection.find(after === null ? {} : { _id: { $gt: after } }, { sort: { _id: 1 }, limit: SLICE, projection: { _id: 1 } })
-      if (ids.length > 0) out.push(...(await collection.find({ ...scope, ...filter, _id: { $in: ids.map(d => d._id) } }, options)))
+      const ids = await collection.find(where(after === null ? {} : { _id: { $gt: after } }), { sort: { _id: 1 }, limit: SLICE, projection: { _id: 1 } })
+      if (ids.length > 0) out.push(...(await collection.find(where({ ...scope, ...filter, _id: { $in: ids.map(d => d._id) } }), options)))
       if (ids.length < SLICE) return out
       after = ids[ids.length - 1]!._id
       await new Promise(resolve => setImmediate(resolve))

@@ -17,7 +17,7 @@ import { Expired } from '../platform/errors.js'
 import type { Config } from '../platform/config.js'
 import type { Clock } from '../platform/clock.js'
 import type { Logger } from '../platform/logger.js'
-import type { Collection, Doc, IndexSpec, Store } from '../platform/store/index.js'
+import type { Collection, Doc, Filter, IndexSpec, Store } from '../platform/store/index.js'
 import { SESSION_RECORDS, SLOT_MIGRATIONS, type SessionRecordDoc } from './session-records.js'
 import { QUARTER, SLOT_COUNTS, SLOT_STATS, SLOT_STATS_OPTIONS } from './slots.js'
 
@@ -155,7 +155,7 @@ export class ReportRetention {
   private async date<T extends Doc>(collection: Collection<T>, field: string, time: string) {
     let after: string | null = null
     while (!this.stopped) {
-      const page: T[] = await collection.find(after === null ? {} : { _id: { $gt: after } }, { sort: { _id: 1 }, limit: SLICE, projection: { [field]: 1, [time]: 1 } })
+      const page: T[] = await collection.find((after === null ? {} : { _id: { $gt: after } }) as Filter<T>, { sort: { _id: 1 }, limit: SLICE, projection: { [field]: 1, [time]: 1 } })
       const missing = page.filter(doc => !(doc[field] instanceof Date) && Number.isFinite(doc[time]))
       if (missing.length > 0) {
         await collection.bulkWrite(missing.map(doc => ({ updateOne: { filter: { _id: doc._id, [field]: { $exists: false } }, update: { $set: { [field]: new Date(doc[time]) } } } })), { ordered: false })

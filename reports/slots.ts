@@ -27,7 +27,7 @@
 // Updates are `$inc` / `$min` / `$max` / `$set` upserts on plain paths: the same documents run
 // on MongoDB and in the embedded stores. Live sessions are never in the stats (their values
 // still change); reports read them from the records (few: only sessions still running).
-import type { BulkOp, IndexSpec } from '../platform/store/index.js'
+import type { BulkOp, IndexSpec, Update } from '../platform/store/index.js'
 import { METRIC_FIELDS, WHERE_FIELDS } from '../schemas/reports.js'
 import type { SessionRecordDoc } from './record-types.js'
 
@@ -238,7 +238,7 @@ export class SlotUpdates {
     const out: Record<string, BulkOp[]> = { [SLOT_COUNTS]: [], [SLOT_STATS]: [] }
     for (const u of this.pending.values()) {
       // slot_at: the block's start as a Date, what its retention's TTL index reads (reports/retention.ts).
-      const update: Record<string, unknown> = { $setOnInsert: { ...u.key, slot_at: new Date(u.key.slot) }, $inc: Object.fromEntries(u.inc) }
+      const update: Update = { $setOnInsert: { ...u.key, slot_at: new Date(u.key.slot) }, $inc: Object.fromEntries(u.inc) }
       if (u.min.size) update.$min = Object.fromEntries(u.min)
       if (u.max.size) update.$max = Object.fromEntries(u.max)
       const _id = blockId(u.key.accountId, u.key.crew_id, u.key)

@@ -223,7 +223,7 @@ export class Scheduler {
     const byDueTime = selectsByDueTime(batch.rules)
     const sort: Record<string, 1 | -1> = byDueTime ? { nextAttemptAt: 1, priorityRank: 1, _id: 1 } : { priorityRank: 1, nextAttemptAt: 1, _id: 1 }
     // `dueOrdered` pins the due-time index, which holds only such batches' contacts.
-    const dueFilter = byDueTime ? { batchId: batch._id, state: 'pending', dueOrdered: true } : { batchId: batch._id, state: 'pending' }
+    const dueFilter = byDueTime ? { batchId: batch._id, state: 'pending' as const, dueOrdered: true as const } : { batchId: batch._id, state: 'pending' as const }
     const dueBy = new Date(now)
     const accountShare = Math.ceil((accountLimit - accountInFlight.get(batch.accountId)!) / share)
     // Per minute: attempts started in (now - 60 s, now], counted only when a limit is set.
@@ -310,7 +310,7 @@ export class Scheduler {
 
   /** Not dialable now: move it to its next allowed time, or close it when it never will be. */
   private async passOver(contact: ContactDoc, reason: NotDialableReason, nextEligibleAt: number | null, now: number) {
-    const guard = { _id: contact._id, state: 'pending', nextAttemptAt: contact.nextAttemptAt }
+    const guard = { _id: contact._id, state: 'pending' as const, nextAttemptAt: contact.nextAttemptAt }
     const at = new Date(now)
     if (reason === 'blocked' || reason === 'attempts_exhausted') {
       await this.contacts.updateOne(guard, { $set: { state: 'done', doneReason: reason, lastSkipReason: reason, updatedAt: at } })
@@ -416,7 +416,7 @@ export class Scheduler {
   private async completeIfDone(batch: BatchDoc): Promise<boolean> {
     // One equality per state: each is one key of the (state, batchId) index, so the embedded store
     // stops at the first contact instead of gathering the batch's pending contacts first.
-    for (const state of ['in_progress', 'pending']) {
+    for (const state of ['in_progress', 'pending'] as const) {
       if (await this.contacts.findOne({ batchId: batch._id, state }, { projection: { _id: 1 } })) return false
     }
     // A started batch without any contact yet waits for its first load, and one whose load is

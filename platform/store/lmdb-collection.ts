@@ -618,7 +618,7 @@ export class LmdbCollection<T extends Doc> implements Collection<T> {
     const paths: string[] = []
     for (const operator in update) {
       if (operator === '$setOnInsert') continue
-      const fields = update[operator]
+      const fields = update[operator as `$${string}`]
       if (!PATH_KEYED_OPERATORS.has(operator) || !fields || typeof fields !== 'object') return this.indexes
       for (const path in fields) paths.push(path)
     }

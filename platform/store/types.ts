@@ -7,8 +7,37 @@
 import type { CountRow, CountValue } from './counted-index.js'
 
 export type Doc = { _id: string } & Record<string, any>
-export type Filter = Record<string, any>
-export type Update = Record<string, any>
+
+/** A field's value, or one of its elements when it is an array (a filter matches either). */
+type Matched<V> = V extends readonly (infer E)[] ? V | E : V
+/** The query operators on one field, typed by the field's value. */
+interface FieldOperators<V> {
+  $eq?: Matched<V> | null
+  $ne?: Matched<V> | null
+  $in?: readonly (Matched<V> | null | RegExp)[]
+  $nin?: readonly (Matched<V> | null)[]
+  $gt?: Matched<V>
+  $gte?: Matched<V>
+  $lt?: Matched<V>
+  $lte?: Matched<V>
+  $exists?: boolean
+  $regex?: RegExp | string
+  $not?: FieldOperators<V> | RegExp
+  $elemMatch?: Record<string, unknown>
+  $size?: number
+}
+/**
+ * A MongoDB filter over documents of type T: a declared field takes its own type (or its
+ * operators); dotted paths into sub-documents and the logical operators are not checked deeper.
+ */
+export type Filter<T extends Doc = Doc> = { [K in keyof T & string]?: Matched<T[K]> | null | RegExp | FieldOperators<T[K]> } & {
+  $or?: Filter<T>[]
+  $and?: Filter<T>[]
+  $nor?: Filter<T>[]
+  [path: string]: unknown
+}
+/** A MongoDB update document ($set, $inc, $unset, ... by path). */
+export type Update = { [operator: `$${string}`]: Record<string, unknown> | undefined }
 export type Sort = Record<string, 1 | -1>
 
 export interface IndexSpec {
@@ -108,18 +137,18 @@ export interface Collection<T extends Doc = Doc> {
   readonly name: string
   insertOne(doc: T): Promise<void>
   insertMany(docs: T[], options?: { ordered?: boolean }): Promise<BulkResult>
-  findOne(filter: Filter, options?: FindOptions): Promise<T | null>
-  find(filter: Filter, options?: FindOptions): Promise<T[]>
-  countDocuments(filter: Filter): Promise<number>
-  updateOne(filter: Filter, update: Update, options?: { upsert?: boolean }): Promise<UpdateResult>
-  updateMany(filter: Filter, update: Update): Promise<UpdateResult>
+  findOne(filter: Filter<T>, options?: FindOptions): Promise<T | null>
+  find(filter: Filter<T>, options?: FindOptions): Promise<T[]>
+  countDocuments(filter: Filter<T>): Promise<number>
+  updateOne(filter: Filter<T>, update: Update, options?: { upsert?: boolean }): Promise<UpdateResult>
+  updateMany(filter: Filter<T>, update: Update): Promise<UpdateResult>
   findOneAndUpdate(
-    filter: Filter,
+    filter: Filter<T>,
     update: Update,
     options?: { upsert?: boolean; returnDocument?: 'before' | 'after'; sort?: Sort },
   ): Promise<T | null>
-  deleteOne(filter: Filter): Promise<number>
-  deleteMany(filter: Filter): Promise<number>
+  deleteOne(filter: Filter<T>): Promise<number>
+  deleteMany(filter: Filter<T>): Promise<number>
   bulkWrite(ops: BulkOp[], options?: { ordered?: boolean }): Promise<BulkResult>
   aggregate<R = Record<string, any>>(pipeline: Record<string, any>[]): Promise<R[]>
   /**
