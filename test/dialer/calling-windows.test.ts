@@ -63,6 +63,23 @@ t.test('the first allowed instant, for any windows, blocked dates, zone and star
   t.ok(found > 200, `${found} answers checked minute by minute back to their start`)
 })
 
+/**
+ * In the stretch that repeats after the clocks go back, the wall clock reads times it already
+ * read; a window that opened at their first occurrence is still open (the rules' windows are
+ * stretches of real time). There, the instant is also read on the clock before the change.
+ */
+function allowedOnTheEarlierClock(rules: BatchRules, zone: string, instant: number): boolean {
+  const offset = (at: number) => DateTime.fromMillis(at, { zone }).offset
+  const before = offset(instant - 3 * 3_600_000)
+  const back = before - offset(instant)
+  if (back <= 0) return false
+  // The local time reads `back` minutes behind the earlier clock: is it a time already read?
+  let change = instant
+  while (offset(change - 60_000) !== before) change -= 60_000
+  if (instant >= change + back * 60_000) return false
+  return allowedAt(rules, `UTC${before >= 0 ? '+' : '-'}${Math.floor(Math.abs(before) / 60)}:${String(Math.abs(before) % 60).padStart(2, '0')}`, instant)
+}
+
 // Zones with daylight saving (a half-hour one among them), starts in the weeks around their changes.
 const dstZone = fc.constantFrom('Europe/Madrid', 'America/New_York', 'Australia/Lord_Howe', 'Pacific/Chatham', 'America/Santiago', 'Europe/London')
 const aroundChanges = fc
@@ -85,9 +102,19 @@ t.test('across daylight-saving changes: the answer is allowed on the wall clock,
       }
       if (got === null) return
       if (got < from) throw new Error(`before the start: ${show}`)
-      if (!allowedAt(rules, zone, got)) throw new Error(`not allowed at the answer: ${show}`)
+      if (!allowedAt(rules, zone, got) && !allowedOnTheEarlierClock(rules, zone, got)) throw new Error(`not allowed at the answer: ${show}`)
     }),
     { numRuns: 1000 },
   )
   t.pass('every answer checked minute by minute')
+})
+
+t.test('when the clocks go back, a window that opened in the hour before stays open through its repetition', async t => {
+  // New York, Sunday 1 November 2026: 01:30 EDT is 05:30Z; at 06:00Z the clocks go back to 01:00 EST.
+  const rules: BatchRules = { callingWindows: [{ days: ['sun'], start: '01:30', end: '00:00' }] }
+  const zone = 'America/New_York'
+  t.equal(nextAllowedTime(rules, zone, Date.parse('2026-11-01T05:00:00Z')), Date.parse('2026-11-01T05:30:00Z'), 'it opens at the first 01:30')
+  t.equal(nextAllowedTime(rules, zone, Date.parse('2026-11-01T06:00:00Z')), Date.parse('2026-11-01T06:00:00Z'), 'at 01:00 EST it has been open for half an hour')
+  const closing: BatchRules = { callingWindows: [{ days: ['sun'], start: '00:00', end: '01:30' }] }
+  t.equal(nextAllowedTime(closing, zone, Date.parse('2026-11-01T06:00:00Z')), Date.parse('2026-11-08T05:00:00Z'), 'one that closed at the first 01:30 stays closed (next: the Sunday after)')
 })
