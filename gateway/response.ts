@@ -10,11 +10,10 @@ export class Reply {
   aborted = false
   finished = false
   private readonly abortListeners: (() => void)[] = []
-  readonly abortedPromise: Promise<void>
+  private aborts: Promise<void> | null = null
 
   /** `onFault` hears what went wrong in a callback uWS calls (logged and counted by the gateway). */
   constructor(readonly res: HttpResponse, readonly onFault: (error: unknown) => void = () => {}) {
-    this.abortedPromise = new Promise(resolve => this.abortListeners.push(resolve))
     res.onAborted(() => {
       this.aborted = true
       for (const listener of this.abortListeners.splice(0)) {
@@ -26,6 +25,11 @@ export class Reply {
         }
       }
     })
+  }
+
+  /** Resolves when the client goes away; made when first asked for (few requests ever ask). */
+  get abortedPromise(): Promise<void> {
+    return (this.aborts ??= new Promise(resolve => this.onAbort(resolve)))
   }
 
   onAbort(listener: () => void) {

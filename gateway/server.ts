@@ -150,7 +150,7 @@ export class Gateway {
    */
   private accept(res: HttpResponse, req: HttpRequest, names: string[], route: string, serve: (x: Exchange) => Promise<number>) {
     const x: Exchange = { reply: undefined as unknown as Reply, requestId: '', route, started: process.hrtime.bigint() }
-    x.reply = new Reply(res, error => this.fault(x, error))
+    x.reply = new Reply(res, this.faultOf(x))
     let outcome: Promise<number>
     try {
       x.head = readHead(req, res, names, this.headLimits)
@@ -185,7 +185,9 @@ export class Gateway {
       headers: head.headers,
       principal,
       requestId,
-      aborted: reply.abortedPromise,
+      get aborted() {
+        return reply.abortedPromise
+      },
       body: bytes,
       json: () => parseJsonBody(bytes, maxJsonDepth),
       input: undefined,
@@ -195,16 +197,7 @@ export class Gateway {
     route.preValidation?.(ctx)
     if (route.kind === 'stream') {
       ctx.input = validatedInput(route, ctx)
-      await route.open(ctx, headers => {
-        const sink = reply.stream(
-          { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Request-Id': requestId, ...headers },
-          this.options.streamBufferBytes,
-        )
-        x.sink = sink
-        this.openStreams.add(sink)
-        sink.onClose(() => this.openStreams.delete(sink))
-        return sink
-      })
+      await route.open(ctx, headers => this.openStream(x, headers))
       return 200
     }
     const run = () => {
@@ -212,6 +205,26 @@ export class Gateway {
       return route.handle(ctx)
     }
     return this.respond(reply, await (route.around ? route.around(ctx, run) : run()), requestId)
+  }
+
+  /**
+   * The exchange's response turned into a stream. Made here, not in `serve`: what a stream keeps
+   * (its close listener, the reply's fault handler) must not hold the request's scope, its head
+   * and body, for the hours a stream may stay open.
+   */
+  private openStream(x: Exchange, headers: Record<string, string> | undefined): StreamSink {
+    const sink = x.reply.stream(
+      { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Request-Id': x.requestId, ...headers },
+      this.options.streamBufferBytes,
+    )
+    x.sink = sink
+    this.openStreams.add(sink)
+    sink.onClose(() => this.openStreams.delete(sink))
+    return sink
+  }
+
+  private faultOf(x: Exchange) {
+    return (error: unknown) => this.fault(x, error)
   }
 
   private respond(reply: Reply, result: JsonResult, requestId: string): number {
@@ -295,6 +308,8 @@ export class Gateway {
     }
     metrics.requests.inc()
     metrics.duration.observe(Number(process.hrtime.bigint() - x.started) / 1e9)
+    // An open stream keeps its exchange (for fault()) but no longer needs the request's head.
+    if (x.sink) x.head = undefined
   }
 
   /** A throw where no answer can carry it (uWS callbacks, a stream's writer): logged, counted, contained. */

@@ -28,7 +28,7 @@ export interface SessionLoaderDeps {
   driver: Pick<SessionDriver, 'afterEvent'>
   publisher: Pick<EventPublisher, 'epochOf'>
   store: Pick<SessionStore, 'takeFence' | 'load' | 'entriesAfter'>
-  events: Pick<EventLog, 'durable' | 'takeOver'>
+  events: Pick<EventLog, 'durable' | 'takeOver' | 'settle'>
   recorder: Pick<SessionRecorder, 'countedUpTo'>
   crews: CrewCatalog
   leases: SessionLeases | undefined
@@ -133,6 +133,7 @@ export class SessionLoader {
     live.conversation = null
     live.quietSince = 0
     actor.stop()
+    this.deps.events.settle?.(live.id)
     this.deps.metrics.sessionsHibernated.inc()
   }
 

@@ -45,6 +45,8 @@ export interface EventLog {
   takeOver(sessionId: string, epoch: number): Promise<number>
   /** The session ended: nothing more will be read (an in-memory log lets go of it). */
   forget(sessionId: string): void
+  /** The session went quiet (it hibernates): an in-memory log shrinks what it holds for it to its size. */
+  settle?(sessionId: string): void
 }
 
 export interface LogPosition {
@@ -74,14 +76,14 @@ export interface RingLimits {
  * stored unboxed), where an object per event also cost its own cell and a boxed number.
  */
 class Ring {
-  readonly seqs: number[] = []
-  readonly epochs: number[] = []
-  readonly ats: number[] = []
-  readonly kinds: StreamEvent['kind'][] = []
+  seqs: number[] = []
+  epochs: number[] = []
+  ats: number[] = []
+  kinds: StreamEvent['kind'][] = []
   /** The event's name (kind `event`) or the reason (kind `closed`); '' for `owner`. */
-  readonly names: string[] = []
+  names: string[] = []
   /** The event's SSE lines (kind `event`); '' otherwise. */
-  readonly bodies: string[] = []
+  bodies: string[] = []
   /** Index of the first live entry (trimmed entries are cut off in batches). */
   start = 0
   bytes = 0
@@ -110,6 +112,20 @@ class Ring {
   /** Removes the dropped entries from the arrays. */
   cut() {
     for (const list of [this.seqs, this.epochs, this.ats, this.kinds, this.names, this.bodies] as unknown[][]) list.splice(0, this.start)
+    this.start = 0
+  }
+
+  /**
+   * Arrays of exactly the live entries. A growing array keeps room for about half as many again
+   * (and at least 16): for a quiet session, most of what its six arrays hold is that room.
+   */
+  compact() {
+    this.seqs = this.seqs.slice(this.start)
+    this.epochs = this.epochs.slice(this.start)
+    this.ats = this.ats.slice(this.start)
+    this.kinds = this.kinds.slice(this.start)
+    this.names = this.names.slice(this.start)
+    this.bodies = this.bodies.slice(this.start)
     this.start = 0
   }
 }
@@ -175,6 +191,13 @@ export class MemoryEventLog implements EventLog {
 
   forget(sessionId: string) {
     this.rings.delete(sessionId)
+  }
+
+  settle(sessionId: string) {
+    const ring = this.rings.get(sessionId)
+    if (!ring) return
+    this.trim(ring)
+    ring.compact()
   }
 
   /** Bytes kept for a session (tests, bench). */

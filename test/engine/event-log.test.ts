@@ -49,7 +49,7 @@ t.test('an event is serialised once: the ring keeps the bytes the streams were s
   t.same(await log.read('s', 0), [])
 })
 
-t.test('property: after any appends, reads and waits, a read gives exactly the newest events the bounds allow now, after the reader\'s position', async t => {
+t.test('property: after any appends, reads, waits and settles, a read gives exactly the newest events the bounds allow now, after the reader\'s position', async t => {
   // The ring trims when touched, with the time of that touch. Count and bytes only grow with more
   // events and age only with time, so what it keeps is always the longest run of newest events
   // within all three bounds at the time of the read (the newest event always).
@@ -57,6 +57,8 @@ t.test('property: after any appends, reads and waits, a read gives exactly the n
     fc.record({ append: fc.integer({ min: 0, max: 400 }) }),
     fc.record({ wait: fc.integer({ min: 0, max: 40_000 }) }),
     fc.record({ read: fc.integer({ min: 0, max: 60 }) }),
+    // The session hibernates: the ring is shrunk to its live entries and goes on from there.
+    fc.record({ settle: fc.constant(true) }),
   )
   // Awaited: an async property's runs happen after fc.assert returns, and its failure is the
   // promise's rejection, which must fail this test rather than arrive after it passed.
@@ -86,6 +88,7 @@ t.test('property: after any appends, reads and waits, a read gives exactly the n
           log.append('s', e)
           appended.push({ seq: appended.length + 1, at: now, size: bodyOf(e as any).length + 64 })
         } else if ('wait' in s) now += s.wait
+        else if ('settle' in s) log.settle('s')
         else await check(s.read)
       }
       await check(0)
