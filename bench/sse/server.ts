@@ -7,10 +7,12 @@
 // Every mode answers the parent's probes over IPC: event-loop delay (perf_hooks), CPU time of this
 // process, memory and old-space size, GC pauses by kind.
 import { randomUUID } from 'node:crypto'
-import { readdirSync, readFileSync } from 'node:fs'
+import { readdirSync, readFileSync, rmSync } from 'node:fs'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { getHeapSpaceStatistics } from 'node:v8'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks'
 import { ProfileWindow } from '../profile-window.js'
 import { GcTally } from '../support.js'
@@ -99,6 +101,13 @@ function memory() {
 
 // ------------------------------------------------------------------ servers
 
+const dataDirs: string[] = []
+function dataDir(prefix: string) {
+  const dir = join(tmpdir(), `${prefix}-${randomUUID()}`)
+  dataDirs.push(dir)
+  return dir
+}
+
 let extraStats: () => Record<string, unknown> = () => ({})
 let resetExtra = () => {}
 
@@ -112,7 +121,7 @@ async function startSwitchboard(): Promise<number> {
     API_KEYS: `${KEY}=bench`,
     LOG_LEVEL: 'silent',
     CREWS_FILE: process.env.BENCH_CREWS_FILE!,
-    DATA_DIR: `/tmp/switchboard-bench-${randomUUID()}`,
+    DATA_DIR: dataDir('switchboard-bench'),
     SSE_HEARTBEAT_MS: String(HEARTBEAT_MS),
     // One account holds every stream of the bench: its share is the whole process.
     OVERLOAD_ACCOUNT_STREAMS_PERCENT: '100',
@@ -232,7 +241,7 @@ async function startFloor(): Promise<number> {
   const { initialContext, persistedControl, replyId, SESSION_EFFECTS, sessionMachine } = await import('../../engine/session/machine.js')
   const uws = loadNativeUws()
   const app = uws.App()
-  const store = new LmdbStore({ path: `/tmp/switchboard-floor-${randomUUID()}`, sweepIntervalMs: 0 })
+  const store = new LmdbStore({ path: dataDir('switchboard-floor'), sweepIntervalMs: 0 })
   const journal = store.orderedLog<unknown>('journal')
   interface S {
     id: string
@@ -452,4 +461,8 @@ process.on('message', (m: any) => {
 })
 process.on('SIGTERM', () => process.exit(0))
 process.on('disconnect', () => process.exit(0))
+// A run's database goes with its server (a full bench leaves ~1 GB otherwise).
+process.on('exit', () => {
+  for (const dir of dataDirs) rmSync(dir, { recursive: true, force: true })
+})
 process.send!({ type: 'ready', port, key: KEY })
