@@ -152,7 +152,11 @@ export function readBody(res: HttpResponse, head: RequestHead, limit: number): P
           reject(bodyTooLarge(limit))
           return
         }
-        chunks.push(Buffer.from(chunk.slice(0)))
+        // Copied now: uWS reuses the chunk's memory once this returns. A body in one chunk (most
+        // of them) is that copy; only a body in several is joined.
+        const copy = Buffer.from(chunk.slice(0))
+        if (isLast && chunks.length === 0) return resolve(copy)
+        chunks.push(copy)
         if (isLast) resolve(Buffer.concat(chunks, size))
       } catch (error) {
         failed = true

@@ -308,8 +308,9 @@ export class Gateway {
     }
     metrics.requests.inc()
     metrics.duration.observe(Number(process.hrtime.bigint() - x.started) / 1e9)
-    // An open stream keeps its exchange (for fault()) but no longer needs the request's head.
-    if (x.sink) x.head = undefined
+    // What may still hold the exchange (an open stream, uWS's callbacks of a keep-alive
+    // connection until its next request) needs only fault()'s fields, not the request's head.
+    x.head = undefined
   }
 
   /** A throw where no answer can carry it (uWS callbacks, a stream's writer): logged, counted, contained. */
