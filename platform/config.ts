@@ -175,10 +175,12 @@ export interface Config {
     maxStreams: number
     /**
      * One account's share of the process's streams (platform/stream-shares.ts): this percent of
-     * maxStreams, never fewer than the floor; past it, 429 ACCOUNT_STREAM_LIMIT.
+     * maxStreams, never fewer than the floor. Work-conserving: only once accountStreamsShortPercent
+     * of the limit is held is an account at or past its share refused (429 ACCOUNT_STREAM_LIMIT).
      */
     accountStreamsPercent: number
     accountStreamsFloor: number
+    accountStreamsShortPercent: number
     /** Supervisors' feeds and watch streams on this process (they poll the store); the same account share applies. */
     maxSupervisionStreams: number
     maxTurnsInFlight: number
@@ -230,8 +232,8 @@ function int(env: Env, name: string, fallback: number, min = 0): number {
   return value
 }
 
-function percent(env: Env, name: string, fallback: number): number {
-  const value = int(env, name, fallback, 1)
+function percent(env: Env, name: string, fallback: number, min = 1): number {
+  const value = int(env, name, fallback, min)
   if (value > 100) throw new ConfigError(`${name} must be at most 100, got ${value}`)
   return value
 }
@@ -388,6 +390,7 @@ export function loadConfig(env: Env = process.env): Config {
       maxStreams: int(env, 'OVERLOAD_MAX_STREAMS', 20_000, 0),
       accountStreamsPercent: percent(env, 'OVERLOAD_ACCOUNT_STREAMS_PERCENT', 25),
       accountStreamsFloor: int(env, 'OVERLOAD_ACCOUNT_STREAMS_FLOOR', 100, 1),
+      accountStreamsShortPercent: percent(env, 'OVERLOAD_ACCOUNT_STREAMS_SHORT_PERCENT', 90, 0),
       maxSupervisionStreams: int(env, 'OVERLOAD_MAX_SUPERVISION_STREAMS', 1000, 0),
       maxTurnsInFlight: int(env, 'ENGINE_MAX_TURNS_IN_FLIGHT', 2000, 0),
       retryAfterSeconds: int(env, 'OVERLOAD_RETRY_AFTER_S', 1, 1),

@@ -13,8 +13,10 @@
 //     `message` check refuses one early when the pace has no room);
 //   - channel streams on this process at OVERLOAD_MAX_STREAMS, supervisors' feeds and watches at
 //     OVERLOAD_MAX_SUPERVISION_STREAMS (new streams only; a place is taken when a stream is
-//     admitted, before it opens). Within those, one account may hold only its share of each
-//     (platform/stream-shares.ts): past it, 429 ACCOUNT_STREAM_LIMIT, not 503;
+//     admitted, before it opens). Once places are short (OVERLOAD_ACCOUNT_STREAMS_SHORT_PERCENT of
+//     a limit held), an account at or past its share of it is refused with 429
+//     ACCOUNT_STREAM_LIMIT, not 503, and the places left go to the accounts below theirs
+//     (platform/stream-shares.ts); before that, any account is admitted;
 //   - assistant turns in flight on this process above ENGINE_MAX_TURNS_IN_FLIGHT (messages that
 //     would start a turn only).
 // What is refused: new sessions, new streams (listen, supervisors' feeds and watches) and user
@@ -40,6 +42,8 @@ export interface OverloadLimits {
   accountStreamsPercent?: number
   /** ...but never fewer places than this. */
   accountStreamsFloor?: number
+  /** Percent of each of those limits held from which the shares bite (default 90; platform/stream-shares.ts). */
+  accountStreamsShortPercent?: number
   /** Assistant turns in flight on this process past which messages that start a turn are refused; 0 = no limit. */
   maxTurnsInFlight: number
   /** Retry-After (seconds) of a refusal. */
@@ -86,7 +90,11 @@ export class OverloadGuard {
     private readonly logger?: Logger,
   ) {
     this.pacing = limits.loopBusyPercent ? new PacedAdmission(limits.loopBusyPercent / 100) : null
-    const share = { accountPercent: limits.accountStreamsPercent ?? 100, accountFloor: limits.accountStreamsFloor ?? 1 }
+    const share = {
+      accountPercent: limits.accountStreamsPercent ?? 100,
+      accountFloor: limits.accountStreamsFloor ?? 1,
+      shortPercent: limits.accountStreamsShortPercent ?? 90,
+    }
     const hooks = (kind: 'channel' | 'supervision') => ({
       held: (n: number) => metrics?.streamPlacesHeld.set({ kind }, n),
       accountRefused: () => metrics?.accountStreamsRefused.inc({ kind }),
@@ -182,7 +190,8 @@ export class OverloadGuard {
    * A new stream of `accountId`: a channel stream (a session's creator, a listen) or a
    * supervisor's feed or watch. Answers its place, to be released when the stream closes (or
    * at once when it never opens); throws 503 OVERLOADED as admit() does and past the process's
-   * limit of such streams, 429 ACCOUNT_STREAM_LIMIT past the account's share of it.
+   * limit of such streams, 429 ACCOUNT_STREAM_LIMIT while that limit is nearly reached and the
+   * account holds its share of it or more.
    */
   admitStream(kind: 'session' | 'stream' | 'supervision', accountId: string): StreamPlace {
     this.admit(kind)

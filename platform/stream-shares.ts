@@ -1,10 +1,23 @@
 // Places for long-lived streams on this process, and each account's share of them. A stream
 // holds a socket, buffers and heartbeats (a supervisor's, a store query every few hundred ms)
 // for as long as its client keeps it, so the process has a limit; a limit alone would let one
-// account hold every place and every other account be refused until it let go. Like Ably's and
-// Pusher's connection limits per app or account, each account may hold only its share of the
-// process's places: past it, it is answered 429 (its own doing, its own retry), while the
-// process's limit still answers 503 when the accounts together fill it.
+// account hold every place and every other account be refused until it let go. So each account
+// has a share of the process's places (OVERLOAD_ACCOUNT_STREAMS_PERCENT, never fewer than
+// OVERLOAD_ACCOUNT_STREAMS_FLOOR), and the share is work-conserving, as a scheduler's is: it
+// bites only when places are short.
+//   - While fewer than `shortAt` places are held (OVERLOAD_ACCOUNT_STREAMS_SHORT_PERCENT of the
+//     limit, 90 by default), every account is admitted: one account alone uses the process up
+//     to there, whatever its share.
+//   - From `shortAt` on, the places left are kept for the accounts below their share: one below
+//     it is admitted up to the limit, one at or past it is answered 429 ACCOUNT_STREAM_LIMIT
+//     (Retry-After: its own doing, its own retry). A held stream is never cut, so an account
+//     that arrives once another filled the process gets the places left at once, and more of its
+//     share as the others' streams close (they cannot take those places back while short).
+//   - At the limit, 503 OVERLOADED: the accounts below their share together filled it.
+// The share is the configured one, a guaranteed minimum, not an equal split of the limit among
+// the accounts holding streams: that split gives a lone account (or each of a few heavy ones) a
+// share as large as the process, so nothing would be kept for an account that comes later, and
+// it would change with every account that opens or closes its last stream.
 //
 // A place is taken when a stream is admitted, before it opens (a listen first waits for its
 // session's attach, a watch for the history): counting only open streams would let concurrent
@@ -14,10 +27,15 @@ import { LimitReached } from './errors.js'
 export interface StreamShareLimits {
   /** Places on this process; 0 = no limit (and no account share). */
   max: number
-  /** An account may hold this percent of `max`... */
+  /** An account's share is this percent of `max`... */
   accountPercent: number
   /** ...and never fewer than this many places (within `max`). */
   accountFloor: number
+  /**
+   * Places are short once this percent of `max` is held (default 90): from there on an account
+   * at or past its share is refused. 100: only when the process is full; 0: always (a hard cap).
+   */
+  shortPercent?: number
 }
 
 /** One taken place; released once, when its stream closes or when it never opened. */
@@ -58,7 +76,7 @@ export class StreamShares {
     return this.byAccount.get(accountId) ?? 0
   }
 
-  /** The places one account may hold; 0 = no share (no process limit, or a share that is all of it). */
+  /** An account's share of the places; 0 = no share (no process limit, or a share that is all of it). */
   get accountLimit(): number {
     const { max, accountPercent, accountFloor } = this.limits
     if (max <= 0) return 0
@@ -66,18 +84,24 @@ export class StreamShares {
     return share >= max ? 0 : share
   }
 
+  /** Places held from which they are short: an account at or past its share is refused from there on. */
+  get shortAt(): number {
+    const { max, shortPercent = 90 } = this.limits
+    return Math.floor((max * shortPercent) / 100)
+  }
+
   /**
-   * Takes a place for `accountId`, or throws: 429 ACCOUNT_STREAM_LIMIT past the account's share
-   * (checked first: an account over its share is told so even when the process is full too),
-   * `full()` past the process's limit.
+   * Takes a place for `accountId`, or throws: 429 ACCOUNT_STREAM_LIMIT while places are short
+   * and the account holds its share or more (checked first: such an account is told so even when
+   * the process is full too), `full()` past the process's limit.
    */
   take(accountId: string, retryAfterSeconds: number, full: () => never): StreamPlace {
     const share = this.accountLimit
-    if (share > 0 && this.heldBy(accountId) >= share) {
+    if (share > 0 && this.total >= this.shortAt && this.heldBy(accountId) >= share) {
       this.hooks.accountRefused?.()
       throw new LimitReached(
         'ACCOUNT_STREAM_LIMIT',
-        `This account holds its share of ${share} ${this.kind} streams on this node; close one, or retry later`,
+        `This node is short of ${this.kind} streams and this account holds its share of ${share} or more; close one, or retry later`,
         { kind: this.kind, limit: share },
         { retryAfterSeconds },
       )

@@ -1,6 +1,8 @@
 // Limits on the channel's streams under concurrent listens, over real HTTP and SSE: a session's
 // consumer limit and the process's stream limit hold however many listens race for them, and one
-// account's streams cannot take every other account's place (its share; 429 past it).
+// account's streams cannot take every other account's place: one account alone fills the process
+// far past its share, but once places are short it is refused (429) while an account below its
+// share still gets the places left, and nothing it holds is cut.
 import t from 'tap'
 import { call, eventually, KEYS, startTestService } from '../support/harness.js'
 import { CHANNEL, createSession, openSse, type SseClient } from '../support/sse.js'
@@ -50,42 +52,79 @@ t.test('listens racing past OVERLOAD_MAX_STREAMS: streams being opened count, so
   t.equal(await metric(metricsBase, 'switchboard_sse_streams_open'), 12)
 })
 
-t.test("one account holding its share of the process's streams gets 429 for more, and another account is still served", async t => {
-  const env = { OVERLOAD_MAX_STREAMS: '12', OVERLOAD_ACCOUNT_STREAMS_PERCENT: '50', OVERLOAD_ACCOUNT_STREAMS_FLOOR: '1', OVERLOAD_RETRY_AFTER_S: '2' }
-  const { base, metricsBase } = await startTestService(t, { env })
-  const a = await createSession(base)
-  const held: SseClient[] = [a.stream]
-  t.teardown(() => held.forEach(s => s.close()))
-  // acme opens listens one at a time until it is refused (at most every place of the process).
-  let refusal: Awaited<ReturnType<typeof openSse>> | undefined
-  for (let i = 0; i < 12 && !refusal; i++) {
-    const answer = await openSse(base, 'POST', `${CHANNEL}/${a.sessionId}/listen`)
-    if (answer.stream) held.push(answer.stream)
-    else refusal = answer
+t.test("one account fills the process past its share; another that comes later still opens its share, the first is refused 429 and keeps every stream it holds", async t => {
+  // 12 places; each account's share 3 (25 %); places are short from 9 held (75 %).
+  const env = {
+    OVERLOAD_MAX_STREAMS: '12',
+    OVERLOAD_ACCOUNT_STREAMS_PERCENT: '25',
+    OVERLOAD_ACCOUNT_STREAMS_FLOOR: '1',
+    OVERLOAD_ACCOUNT_STREAMS_SHORT_PERCENT: '75',
+    OVERLOAD_RETRY_AFTER_S: '2',
   }
-  t.equal(held.length, 6, "acme holds its share: half of the process's 12 streams")
-  t.equal(refusal?.status, 429)
-  t.match(refusal?.json, { code: 'ACCOUNT_STREAM_LIMIT', limit: 6 })
-  t.equal(refusal?.headers.get('retry-after'), '2')
+  const { base, metricsBase } = await startTestService(t, { env })
+  const held: SseClient[] = []
+  t.teardown(() => held.forEach(s => s.close()))
+
+  // acme alone: its session and twelve listens racing for the places. Nothing short: it is
+  // admitted far past its share, until 9 of the 12 places are held.
+  const a = await createSession(base)
+  held.push(a.stream)
+  await a.stream.next('crew.status.waiting')
+  const answers = await listenAll(base, [a.sessionId], 12)
+  const acme = [a.stream, ...answers.filter(x => x.stream).map(x => x.stream!)]
+  held.push(...acme.slice(1))
+  t.equal(acme.length, 9, 'acme holds 9 streams: three times its share, all the process had before places were short')
+  const refused = answers.filter(x => !x.stream)
+  t.equal(refused.length, 4)
+  t.ok(refused.every(x => x.status === 429 && x.json?.code === 'ACCOUNT_STREAM_LIMIT' && x.json?.kind === 'channel' && x.json?.limit === 3), 'the others: 429 ACCOUNT_STREAM_LIMIT, not 503')
+  t.ok(refused.every(x => x.headers.get('retry-after') === '2'), 'with Retry-After')
   const create = await openSse(base, 'POST', `${CHANNEL}/demo`, { body: {} })
   t.equal(create.status, 429, 'a new session of acme takes a stream too: refused the same way')
   t.equal(create.json?.code, 'ACCOUNT_STREAM_LIMIT')
+  t.equal(create.headers.get('retry-after'), '2')
 
-  // globex is served as if acme were not there.
+  // globex comes now: it opens its share in the places kept for accounts below theirs.
   const g = await createSession(base, { key: KEYS.globex })
   held.push(g.stream)
   await g.stream.next('crew.status.waiting')
-  t.equal((await call(base, 'PUT', `${CHANNEL}/${g.sessionId}/${g.consumerId}`, { key: KEYS.globex, body: { message: 'served' } })).status, 201)
-  t.equal((await g.stream.next('assistant.message', 15_000)).data.text, 'You said: served')
+  const gListens = await listenAll(base, [g.sessionId], 2, KEYS.globex)
+  t.ok(gListens.every(x => x.status === 200), "globex's session and two listens: its share of 3")
+  const globex = [g.stream, ...gListens.map(x => x.stream!)]
+  held.push(...globex.slice(1))
+  const past = await openSse(base, 'POST', `${CHANNEL}/${g.sessionId}/listen`, { key: KEYS.globex })
+  if (past.stream) held.push(past.stream)
+  t.equal(past.status, 429, 'globex past its share is refused too while places are short')
+  t.equal(past.json?.code, 'ACCOUNT_STREAM_LIMIT')
+  t.equal(await metric(metricsBase, 'switchboard_sse_streams_open'), 12, 'the process is full: 9 + 3')
+  const more = await openSse(base, 'POST', `${CHANNEL}/${a.sessionId}/listen`)
+  t.equal(more.status, 429, "acme's new stream: still 429 (its own share), with Retry-After")
+  t.equal(more.headers.get('retry-after'), '2')
 
-  // acme gets a place back once it lets one go.
-  held.pop()!.close() // globex's
-  held.pop()!.close() // one of acme's listeners
+  // Nothing acme holds was dropped: every one of its 9 streams gets its session's reply, and
+  // globex's session is served beside it.
+  t.equal((await call(base, 'PUT', `${CHANNEL}/${a.sessionId}/${a.consumerId}`, { body: { message: 'still here' } })).status, 201)
+  t.equal((await call(base, 'PUT', `${CHANNEL}/${g.sessionId}/${g.consumerId}`, { key: KEYS.globex, body: { message: 'served' } })).status, 201)
+  const got = await Promise.all(acme.map(s => s.next('assistant.message', 15_000).then(e => e.data.text, () => null)))
+  t.same(got, acme.map(() => 'You said: still here'), "every one of acme's streams gets the reply")
+  t.same(
+    await Promise.all(globex.map(s => s.next('assistant.message', 15_000).then(e => e.data.text, () => null))),
+    globex.map(() => 'You said: served'),
+  )
+
+  // A place acme lets go is not acme's again while places are short: it is kept for the others.
+  acme.pop()!.close()
+  t.equal(await eventually(() => metric(metricsBase, 'switchboard_sse_streams_open'), n => n === 11), 11)
+  const back = await openSse(base, 'POST', `${CHANNEL}/${a.sessionId}/listen`)
+  if (back.stream) held.push(back.stream)
+  t.equal(back.status, 429, 'acme is still refused with 11 of 12 places held')
+
+  // Once globex leaves and places are plentiful again, acme is admitted past its share as before.
+  globex.forEach(s => s.close())
   const again = await eventually(
     () => openSse(base, 'POST', `${CHANNEL}/${a.sessionId}/listen`),
     answer => answer.status === 200,
   )
-  t.equal(again.status, 200, 'a listen of acme is served once one of its streams is gone')
+  t.equal(again.status, 200, 'a listen of acme is served once fewer than 9 places are held')
   if (again.stream) held.push(again.stream)
-  t.equal(await eventually(() => metric(metricsBase, 'switchboard_sse_streams_open'), n => n === 6), 6)
+  t.equal(await eventually(() => metric(metricsBase, 'switchboard_sse_streams_open'), n => n === 9), 9)
 })
