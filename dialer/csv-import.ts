@@ -3,7 +3,8 @@
 // columns to contacts, validates each row and feeds the same chunk pipeline as API loads.
 // Nothing holds the whole file in memory.
 import { createHmac, timingSafeEqual } from 'node:crypto'
-import { parse } from 'csv-parse'
+import { pipeline, type Readable } from 'node:stream'
+import { parse, type Options as CsvOptions } from 'csv-parse'
 import { Invalid, Forbidden, NotFound, InvalidState, Unsupported, LimitReached } from '../platform/errors.js'
 import type { Principal } from '../platform/principal.js'
 import type { Platform } from '../platform/index.js'
@@ -34,6 +35,15 @@ export const MAX_CSV_RECORD_BYTES = 1024 * 1024
 const recordTooLarge = (error: unknown) => (error as { code?: string } | null)?.code === 'CSV_MAX_RECORD_SIZE'
 /** Files looked at per sweep tick: the sweep never walks a large upload folder in one go. */
 const SWEEP_BATCH = 200
+
+/**
+ * The blob parsed as CSV. Through pipeline, not pipe: an error of the blob's stream (a file gone,
+ * the object store unreachable) then ends the parse with that error instead of leaving it waiting
+ * forever, and a parse ended early (header read, a failed chunk) closes the blob's stream.
+ */
+function parseBlob(source: Readable, options: CsvOptions) {
+  return pipeline(source, parse(options), () => {}) // its error reaches whoever iterates the parser
+}
 
 export interface ColumnMapping {
   identifier?: string
@@ -197,7 +207,7 @@ export class CsvImports {
 
   private async readHeader(key: string): Promise<string[]> {
     const source = this.blobs.read(key)
-    const parser = source.pipe(parse({ to_line: 1, bom: true, trim: true, relax_column_count: true, max_record_size: MAX_CSV_RECORD_BYTES }))
+    const parser = parseBlob(source, { to_line: 1, bom: true, trim: true, relax_column_count: true, max_record_size: MAX_CSV_RECORD_BYTES })
     try {
       for await (const record of parser) return record as string[]
       return []
@@ -235,9 +245,7 @@ export class CsvImports {
     await this.batches.update(batchId, { uploadStatus: 'processing', uploadProgress: 0 })
     const chunkSize = this.platform.config.dialer.chunkSize
     const source = this.blobs.read(tempCsvKey)
-    const parser = source.pipe(
-      parse({ columns: true, bom: true, trim: true, skip_empty_lines: true, relax_column_count: true, max_record_size: MAX_CSV_RECORD_BYTES }),
-    )
+    const parser = parseBlob(source, { columns: true, bom: true, trim: true, skip_empty_lines: true, relax_column_count: true, max_record_size: MAX_CSV_RECORD_BYTES })
     let rows = 0
     let chunkIndex = 0
     let errorCount = 0
@@ -289,7 +297,7 @@ export class CsvImports {
         )
         await this.batches.update(batchId, { uploadStatus: 'failed', importErrorCount: errorCount + 1 })
         await this.operations.closeLoad(op, 'failed')
-        await this.blobs.remove(tempCsvKey)
+        await this.discard(tempCsvKey)
         return
       }
       await this.batches.update(batchId, { uploadStatus: 'failed', importErrorCount: errorCount })
@@ -298,8 +306,21 @@ export class CsvImports {
     await this.batches.update(batchId, { importErrorCount: errorCount })
     await this.operations.seal(operationId, chunkIndex, rows)
     // Every row is in the load's chunks now: the file is no longer needed.
-    await this.blobs.remove(tempCsvKey)
+    await this.discard(tempCsvKey)
     await this.loads.tryFinish(operationId)
+  }
+
+  /**
+   * Removes an imported file. A failure (the object store unreachable) must not stop the import's
+   * last steps: a redelivery would find the operation sealed and never finish it. The sweep removes
+   * the file later (consumed, older than the retention).
+   */
+  private async discard(key: string) {
+    try {
+      await this.blobs.remove(key)
+    } catch (error) {
+      this.platform.logger.warn('imported CSV file not removed; the upload sweep will', { tempCsvKey: key, error })
+    }
   }
 
   /**
