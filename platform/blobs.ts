@@ -1,5 +1,6 @@
-// Uploaded files (CSV imports). Files go to DATA_DIR/uploads; several processes of a
-// scale-out deployment must share that directory (a volume), see docs/deploy.md.
+// Uploaded files (CSV imports). One process (no NATS_URL): files under DATA_DIR/uploads. With
+// NATS the composition root picks the JetStream object store (blobs-nats.ts) instead, which every
+// gateway and worker reads: DATA_DIR then stays local to each process (docs/deploy.md).
 import { createReadStream, createWriteStream } from 'node:fs'
 import { mkdir, opendir, rename, rm, stat } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -9,14 +10,16 @@ import { Readable } from 'node:stream'
 export interface BlobStore {
   /** Streams the chunks to storage; the blob appears only once complete. Returns its size. */
   write(key: string, chunks: AsyncIterable<Buffer>): Promise<number>
+  /** The blob's bytes; a missing blob or a storage failure is an 'error' on the stream. */
   read(key: string): Readable
+  /** null when there is no such blob. */
   size(key: string): Promise<number | null>
   remove(key: string): Promise<void>
-  /** Up to `limit` stored keys with their last write time (partial writes included). */
+  /** Up to `limit` stored keys with their last write time (partial writes included where they show). */
   list(limit: number): Promise<Array<{ key: string; modifiedAt: number }>>
 }
 
-const SAFE_KEY = /^[A-Za-z0-9_-]{1,100}$/
+export const SAFE_KEY = /^[A-Za-z0-9_-]{1,100}$/
 
 export class FileBlobStore implements BlobStore {
   private readonly dir: string
