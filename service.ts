@@ -17,6 +17,7 @@ import { applyV8Flags } from './platform/v8-flags.js'
 import { Wire } from './platform/wire.js'
 import { embeddedStorePath, LmdbStore, MongoStore, type Store } from './platform/store/index.js'
 import type { Platform } from './platform/index.js'
+import { NatsBlobStore } from './platform/blobs-nats.js'
 import { buildOpenApi, schemas } from './schemas/index.js'
 import { createDialer } from './dialer/index.js'
 import { createReports } from './reports/index.js'
@@ -91,7 +92,9 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   const dialerWorkers = config.role === 'all' || config.role === 'worker'
   const servesRoutes = config.role !== 'worker' && config.role !== 'engine'
   // The assistant provider reaches sessions through the engine's transport (created below).
-  const dialer = createDialer(platform, { idempotencyStore, workers: dialerWorkers, sessionTransport: () => engine?.transport })
+  // Uploads: with NATS in JetStream's object store (every process reads it), else under DATA_DIR.
+  const blobs = bus instanceof NatsBus ? new NatsBlobStore(bus.connection, { replicas: config.nats.streamReplicas }) : undefined
+  const dialer = createDialer(platform, { idempotencyStore, blobs, workers: dialerWorkers, sessionTransport: () => engine?.transport })
   const cluster =
     bus instanceof NatsBus && config.role !== 'worker'
       ? { mode: config.role === 'engine' ? ('node' as const) : config.role === 'gateway' ? ('gateway' as const) : ('both' as const), nc: bus.connection, replicas: config.nats.streamReplicas }

@@ -4,7 +4,7 @@
 import type { ServiceModule } from '../platform/http.js'
 import type { Platform } from '../platform/index.js'
 import type { Store } from '../platform/store/index.js'
-import { FileBlobStore } from '../platform/blobs.js'
+import { FileBlobStore, type BlobStore } from '../platform/blobs.js'
 import { INDEXES } from './collections.js'
 import { Batches } from './batches.js'
 import { BatchLog } from './batch-log.js'
@@ -37,6 +37,8 @@ export function retentionOf(platform: Platform): BatchRetention {
 
 export interface DialerOptions {
   idempotencyStore: Store
+  /** Where uploaded CSV files are kept (default: files under DATA_DIR/uploads). */
+  blobs?: BlobStore
   workers?: boolean
   /** The engine's session transport for the assistant provider (looked up per attempt). */
   sessionTransport?: () => SessionTransport | undefined
@@ -57,7 +59,7 @@ export function createDialer(platform: Platform, options: DialerOptions): Dialer
   const chunkThread = store.sharedPath && platform.config.dialer.applyThread ? new ChunkThread(store.sharedPath, clock, () => store.renewReads?.()) : undefined
   const loads = new ContactLoads(platform, batches, operations, log, chunkThread)
   const lifecycle = new BatchLifecycle(platform, batches, operations, log)
-  const imports = new CsvImports(platform, new FileBlobStore(platform.config.dataDir), batches, operations, loads)
+  const imports = new CsvImports(platform, options.blobs ?? new FileBlobStore(platform.config.dataDir), batches, operations, loads)
   const blocked = new BlockedAddresses(store, clock)
   const idempotency = new Idempotency(options.idempotencyStore, clock, platform.logger, platform.config.dialer.idempotency)
   const erasures = new Erasures(platform, operations, options.idempotencyStore, () => options.sessionTransport?.())
