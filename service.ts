@@ -108,10 +108,14 @@ export async function startService(config: Config, overrides: ServiceOverrides =
   // 503 while NATS is unreachable: a load balancer then routes around this process.
   const health = async () => {
     const nats = bus instanceof NatsBus ? (bus.connected ? 'connected' : 'disconnected') : undefined
+    // An engine node whose MongoDB writes fail still serves every live turn (the journal is on
+    // JetStream): degraded, but not a process a load balancer should route around (200).
+    const behind = engine?.storeBehind?.()
+    const storeFailing = behind !== undefined && behind.failingSince !== null
     return {
       status: nats === 'disconnected' ? 503 : 200,
       body: {
-        status: nats === 'disconnected' ? 'degraded' : 'ok',
+        status: nats === 'disconnected' || storeFailing ? 'degraded' : 'ok',
         version: VERSION,
         role: config.role,
         store: store.kind,
@@ -120,6 +124,8 @@ export async function startService(config: Config, overrides: ServiceOverrides =
         modules: modules.map(m => m.name),
         dialerWorkers,
         ...(engine?.node ? { engineNode: engine.node.nodeId } : {}),
+        // Session writes the journal holds and MongoDB does not yet (retried until it takes them).
+        ...(behind ? { storeWrites: { behind: behind.behind, failingForMs: behind.failingSince === null ? 0 : Date.now() - behind.failingSince, ...(behind.lastError ? { lastError: behind.lastError } : {}) } } : {}),
         // Live sessions whose state is no longer saved (their store writes kept failing).
         ...(engine?.host ? { sessionsNotPersisted: engine.host.sessionsNotPersisted } : {}),
       },

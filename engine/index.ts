@@ -26,6 +26,9 @@ import type { EventLog } from './streams/event-log.js'
 import { JetStreamEventLog } from './cluster/jetstream-event-log.js'
 import { OrphanReaper } from './host/reaper.js'
 import { SessionStore } from './persistence/session-store.js'
+import { JetStreamJournal } from './cluster/jetstream-journal.js'
+import { JournaledSessionStore } from './cluster/journaled-session-store.js'
+import { MongoMirror, type MirrorStatus } from './cluster/mongo-mirror.js'
 import type { NatsConnection } from '@nats-io/transport-node'
 
 export { CrewConfigError, loadCrews, parseCrews } from './crews.js'
@@ -49,6 +52,8 @@ export interface Engine extends ServiceModule {
   readonly transport: SessionTransport
   /** This process as an engine node over NATS (ROLE=engine, or all with NATS_URL). */
   readonly node: EngineNode | undefined
+  /** Engine nodes: how far MongoDB is behind the session journal (undefined: one process). */
+  storeBehind?(): MirrorStatus
 }
 
 export function createEngine(platform: Platform, options: EngineOptions = {}): Engine {
@@ -158,7 +163,16 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     takeOver: (sessionId, epoch) => ready(log).takeOver(sessionId, epoch),
     forget: () => {},
   }
-  const host = node ? newHost(platform, crews, options, { leases, events, durableAcks: true }) : undefined
+  // The session journal opens in start(); MongoDB follows it (engine/cluster/journaled-session-store.ts).
+  let journal: JetStreamJournal | undefined
+  const mirror = new MongoMirror({
+    store: new SessionStore(platform.store),
+    logger: logger.child({ engine: 'mongo-mirror' }),
+    metrics: platform.metrics,
+    phaseTimeoutMs: config.engine.storeWriteTimeoutMs,
+  })
+  const repository = new JournaledSessionStore({ journal: () => ready(journal), mongo: new SessionStore(platform.store), mirror, logger })
+  const host = node ? newHost(platform, crews, options, { leases, events, durableAcks: true, repository, recordReadMs: 500 }) : undefined
   // The gateway side is wired lazily: the directory opens in start().
   let remote: NatsSessionTransport | undefined
   const transport: SessionTransport = {
@@ -178,6 +192,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     hub,
     transport,
     node,
+    storeBehind: node ? () => repository.status() : undefined,
     routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions, presence), ...supervisionStreams(platform, sessions, transport, presence)] : [],
     async start() {
       if (serving) await sessions.ensureIndexes()
@@ -199,6 +214,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
         )
       }
       if (node && host) {
+        journal = await JetStreamJournal.open(cluster.nc, { replicas: cluster.replicas ?? 1, retentionMs: config.engine.journalRetentionMs, logger, wire })
         await host.init()
         ownership = await Ownership.open(cluster.nc, { nodeId: node.nodeId, timing, replicas: cluster.replicas, load: () => host.liveCount(), logger, directory })
         node.attach(host, ownership)
@@ -221,6 +237,8 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
       }
       node?.stopIntake()
       await host?.stop()
+      // What MongoDB has not taken yet stays in the journal, where the next owner reads it.
+      await mirror.stop(2_000)
       if (ownership) await ownership.stop()
       else directory?.stop()
     },

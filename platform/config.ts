@@ -159,6 +159,13 @@ export interface Config {
     recordFlushMs: number
     /** How long the sessions' write-behind gathers changes into one commit (0: the next macrotask). */
     writeWindowMs: number
+    /**
+     * Engine nodes: how long the session journal on JetStream keeps a record. Longer than a
+     * session stays quiet (its idle timeout) plus the longest MongoDB outage to ride out.
+     */
+    journalRetentionMs: number
+    /** Engine nodes: how long a batch of MongoDB writes behind the journal may take before it is tried again (and the store shown as behind). */
+    storeWriteTimeoutMs: number
   }
   /** The supervisors' lifecycle feed (engine/supervision/session-feed.ts). */
   supervision: {
@@ -379,6 +386,8 @@ export function loadConfig(env: Env = process.env): Config {
       checkpointEntries: int(env, 'ENGINE_CHECKPOINT_ENTRIES', 60, 1),
       recordFlushMs: int(env, 'ENGINE_RECORD_FLUSH_MS', 5_000, 0),
       writeWindowMs: int(env, 'ENGINE_WRITE_WINDOW_MS', 2, 0),
+      journalRetentionMs: int(env, 'ENGINE_JOURNAL_RETENTION_MS', 24 * 3_600_000, 60_000),
+      storeWriteTimeoutMs: int(env, 'ENGINE_STORE_WRITE_TIMEOUT_MS', 5_000, 100),
     },
     supervision: {
       feedLagMs: int(env, 'SUPERVISION_FEED_LAG_MS', 2000, 0),

@@ -25,6 +25,10 @@ export interface Metrics {
   /** Live sessions whose write-behind gave up: not saved until a later write succeeds. */
   sessionsPersistenceStopped: Gauge
   sessionsHibernated: Gauge
+  /** Cluster: session writes acknowledged by the journal (JetStream) and not yet in MongoDB. */
+  storeWritesBehind: Gauge
+  /** Cluster: 1 while MongoDB refuses or does not answer the writes behind the journal. */
+  storeBehind: Gauge
   overloadRefused: Counter<'reason'>
   /** Stream places taken on this process (platform/stream-shares.ts), by kind: channel, supervision. */
   streamPlacesHeld: Gauge<'kind'>
@@ -121,6 +125,16 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     sessionsPersistenceStopped: new Gauge({
       name: 'switchboard_sessions_persistence_stopped',
       help: 'Live sessions whose write-behind gave up after repeated failures (tried again on their next change)',
+      registers,
+    }),
+    storeWritesBehind: new Gauge({
+      name: 'switchboard_store_writes_behind',
+      help: 'Session writes stored in the JetStream journal and not yet in MongoDB (engine nodes)',
+      registers,
+    }),
+    storeBehind: new Gauge({
+      name: 'switchboard_store_behind',
+      help: '1 while MongoDB fails the session writes behind the journal (they are retried); 0 otherwise',
       registers,
     }),
     overloadRefused: new Counter({

@@ -89,6 +89,34 @@ const V1: Record<string, JsonSchema> = {
       closed({ kind: { const: 'owner' }, seq: count, epoch: count }, ['kind', 'seq', 'epoch']),
     ],
   },
+  /**
+   * owner -> the SB_SESSION_JOURNAL stream: sb.journal.<id>.log, a session's durable history in a
+   * cluster (engine/cluster/jetstream-journal.ts). A checkpoint carries what a restore starts
+   * from; batches, consumers and owner marks follow it; `closed` ends the session.
+   */
+  'session.journal': {
+    type: 'object',
+    required: ['kind'],
+    discriminator: { propertyName: 'kind' },
+    oneOf: [
+      closed(
+        {
+          kind: { const: 'checkpoint' },
+          session: closed({ accountId: { type: 'string' }, crewId: text, consumers: { type: 'array', items: text }, createdAt: count }, ['accountId', 'crewId', 'consumers', 'createdAt']),
+          write: anyObject,
+          epoch: count,
+          behind: { type: 'boolean' },
+        },
+        ['kind', 'session', 'write', 'epoch'],
+      ),
+      closed({ kind: { const: 'batch' }, entries: { type: 'array', items: anyObject }, control: anyObject, epoch: count }, ['kind', 'entries', 'epoch']),
+      closed({ kind: { const: 'consumer' }, consumerId: text, epoch: count }, ['kind', 'consumerId', 'epoch']),
+      closed({ kind: { const: 'owner' }, epoch: count }, ['kind', 'epoch']),
+      closed({ kind: { const: 'closed' }, reason: { type: 'string' }, epoch: count }, ['kind', 'reason', 'epoch']),
+    ],
+  },
+  /** owner -> SB_SESSION_JOURNAL: sb.journal.<id>.cp, where the session's latest checkpoint record is in its log */
+  'session.journal.pointer': closed({ logSeq: count, epoch: count }, ['logSeq', 'epoch']),
   /** KV sb_engine_nodes: a node's heartbeat */
   'engine.node': closed({ node: text, live: count, at: count }, ['node', 'live', 'at']),
   /** KV sb_session_owners: a session's lease */

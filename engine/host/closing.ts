@@ -5,7 +5,7 @@
 import type { Logger } from '../../platform/logger.js'
 import { settledWithin } from '../../platform/timing.js'
 import type { CrewSlots } from '../persistence/crew-slots.js'
-import type { SessionStore } from '../persistence/session-store.js'
+import type { SessionRepository } from '../persistence/session-store.js'
 import type { LiveSession } from '../session/live-session.js'
 import type { EventLog } from '../streams/event-log.js'
 import type { Deadlines } from './deadlines.js'
@@ -27,7 +27,7 @@ export interface SessionClosingDeps {
   deadlines: Pick<Deadlines<LiveSession>, 'clear'>
   publisher: Pick<EventPublisher, 'emit'>
   events: Pick<EventLog, 'forget'>
-  store: Pick<SessionStore, 'markDestroyed' | 'deleteLog'>
+  store: Pick<SessionRepository, 'markDestroyed' | 'deleteLog'>
   slots: Pick<CrewSlots, 'release'>
   leases: SessionLeases | undefined
   logger: Logger

@@ -6,7 +6,7 @@
 // (the compiler asks for it once the command is in SessionCommand).
 import { Invalid, InvalidState, NotFound, Unavailable } from '../../platform/errors.js'
 import type { OverloadGuard } from '../../platform/overload.js'
-import type { SessionStore } from '../persistence/session-store.js'
+import type { SessionRepository } from '../persistence/session-store.js'
 import { touchConsumer, type LiveSession } from '../session/live-session.js'
 import { stateName } from '../session/machine.js'
 import type { ToolRunner } from '../session/tools.js'
@@ -21,7 +21,7 @@ export interface CommandDeps {
   actors: Pick<SessionActors, 'awake'>
   driver: Pick<SessionDriver, 'send'>
   tools: Pick<ToolRunner, 'inject'>
-  store: Pick<SessionStore, 'entriesAfter' | 'addConsumer'>
+  store: Pick<SessionRepository, 'entriesAfter' | 'addConsumer'>
   overload: OverloadGuard
   /** A user message is answered once its history entry is committed. */
   durableAcks: boolean
@@ -128,7 +128,8 @@ async function destroy(deps: CommandDeps, live: LiveSession, command: CommandOf<
 /** A page of the session's history, once what it holds is written. */
 async function history(deps: CommandDeps, live: LiveSession, command: CommandOf<'query.history'>) {
   const { after, limit } = command
-  await live.writer.flushed()
+  // Every entry so far committed to the journal (not the report record: in a cluster MongoDB may be behind).
+  await live.writer.entriesWritten(live.seq)
   const page = await deps.store.entriesAfter(live.id, after, limit + 1)
   const entries = page.slice(0, limit).map(entry => ({ ...entry, at: new Date(entry.at).toISOString() }))
   return {

@@ -4,7 +4,7 @@
 import { Invalid } from '../../platform/errors.js'
 import type { Crew, CrewCatalog } from '../crews.js'
 import type { CrewSlots } from '../persistence/crew-slots.js'
-import type { SessionStore } from '../persistence/session-store.js'
+import type { SessionRepository } from '../persistence/session-store.js'
 import { Conversation } from '../session/conversation.js'
 import type { LiveSession } from '../session/live-session.js'
 import { initialContext, type SessionTerms } from '../session/machine.js'
@@ -23,7 +23,7 @@ export interface SessionCreationDeps {
   actors: Pick<SessionActors, 'bind' | 'fresh'>
   driver: Pick<SessionDriver, 'afterEvent'>
   publisher: Pick<EventPublisher, 'emit' | 'publish'>
-  store: Pick<SessionStore, 'insert'>
+  store: Pick<SessionRepository, 'insert'>
   slots: Pick<CrewSlots, 'acquire' | 'release'>
   crews: CrewCatalog
   events: Pick<EventLog, 'durable'>

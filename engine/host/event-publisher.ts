@@ -1,7 +1,7 @@
 // A live session's published events: each numbered (its seq is the SSE id of the session's
 // streams, on every gateway), handed to this node's listeners and appended to the event log.
 import type { Logger } from '../../platform/logger.js'
-import type { SessionStore } from '../persistence/session-store.js'
+import type { SessionRepository } from '../persistence/session-store.js'
 import type { LiveSession } from '../session/live-session.js'
 import type { EventLog, StreamEventBody } from '../streams/event-log.js'
 import type { FeedSubscription } from '../transport.js'
@@ -18,7 +18,7 @@ export const EVENT_ID_RESERVE = 1000
 
 export interface EventPublisherDeps {
   events: EventLog
-  store: Pick<SessionStore, 'reserveEventIds'>
+  store: Pick<SessionRepository, 'reserveEventIds'>
   leases: SessionLeases | undefined
   logger: Logger
   /** Lets the session go without touching the store: another node may own it. */

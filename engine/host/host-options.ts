@@ -4,6 +4,7 @@ import type { Platform } from '../../platform/index.js'
 import type { Store } from '../../platform/store/index.js'
 import type { SessionRecorder } from '../../reports/index.js'
 import type { CrewCatalog } from '../crews.js'
+import type { SessionRepository } from '../persistence/session-store.js'
 import type { CheckpointPolicy } from '../persistence/session-writer.js'
 import type { AssistantProvider } from '../providers/types.js'
 import type { EventLog } from '../streams/event-log.js'
@@ -32,6 +33,13 @@ export interface HostOptions {
    * store's write thread, ENGINE_WRITE_THREAD) is released when the host stops.
    */
   store?: Store
+  /**
+   * Where sessions persist (default: a SessionStore on `store`). Engine nodes over NATS: the
+   * journal on JetStream with MongoDB behind it (engine/cluster/journaled-session-store.ts).
+   */
+  repository?: SessionRepository
+  /** How long a restore waits for its report record's position (default: as long as it takes; see engine/host/loading.ts). */
+  recordReadMs?: number
 }
 
 /** Ownership of sessions across engine nodes; see engine/cluster/ownership.ts. */

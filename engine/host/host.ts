@@ -17,7 +17,7 @@ import { OverloadGuard } from '../../platform/overload.js'
 import { ShuttingDown } from '../../platform/errors.js'
 import { OffLoopStore } from '../../platform/store/index.js'
 import { CrewSlots } from '../persistence/crew-slots.js'
-import { SessionStore } from '../persistence/session-store.js'
+import { SessionStore, type SessionRepository } from '../persistence/session-store.js'
 import { WriteBehind } from '../persistence/session-writer.js'
 import { startGeneration, type GenerationDeps } from '../session/generation.js'
 import type { LiveSession } from '../session/live-session.js'
@@ -43,7 +43,7 @@ export class SessionHost implements LocalSessions {
   readonly events: EventLog
   /** Every live session's journal and checkpoint writes, batched off the turn's path. */
   readonly writeBehind: WriteBehind
-  private readonly store: SessionStore
+  private readonly store: SessionRepository
   private readonly sessions: LiveSessions
   private readonly driver: SessionDriver
   private readonly publisher: EventPublisher
@@ -69,7 +69,7 @@ export class SessionHost implements LocalSessions {
     const events = (this.events =
       options.events ?? new MemoryEventLog({ events: channel.replayBufferEvents, bytes: channel.replayBufferBytes, maxAgeMs: channel.eventRetentionMs }))
     const stored = options.store ?? platform.store
-    const store = (this.store = new SessionStore(stored))
+    const store: SessionRepository = (this.store = options.repository ?? new SessionStore(stored))
     const slots = new CrewSlots(stored)
     const tools = new ToolRunner(crews, clock, options.externalToolTimeoutMs)
     const fenceOf = (sessionId: string) => leases?.token(sessionId)
@@ -89,7 +89,7 @@ export class SessionHost implements LocalSessions {
     this.hibernation = new Hibernation({ afterMs: options.hibernateAfterMs ?? engine.hibernateAfterMs, now, hibernate: live => this.loader.hibernate(live) })
     const deadlines = new Deadlines<LiveSession>(clock, { idle: live => this.expiry.idle(live), tool: (live, id) => this.expiry.tool(live, id) })
     this.generations = { providers: options.providers, tools, now, logger }
-    const sessions = (this.sessions = new LiveSessions({ writeBehind: this.writeBehind, recorder, logger, metrics, fenceOf, lost: drop }))
+    const sessions = (this.sessions = new LiveSessions({ writeBehind: this.writeBehind, recorder, logger, metrics, fenceOf, lost: drop, left: id => store.released?.(id) }))
     this.leaving = new SessionLeaving({ sessions, deadlines, store, leases, logger, metrics })
     const publisher = (this.publisher = new EventPublisher({ events, store, leases, logger, drop }))
     const actors = new SessionActors({
@@ -109,7 +109,7 @@ export class SessionHost implements LocalSessions {
     this.closing = new SessionClosing({ sessions, actors, deadlines, publisher, events, store, slots, leases, logger, now })
     const driver = (this.driver = new SessionDriver({ sessions, actors, deadlines, hibernation: this.hibernation, finish: live => this.closing.finish(live) }))
     const maxConsumerIds = engine.maxConsumerIdsPerSession
-    this.loader = new SessionLoader({ sessions, actors, driver, publisher, store, events, recorder, crews, leases, metrics, maxConsumerIds, now, stopping: () => this.stopped, drop })
+    this.loader = new SessionLoader({ sessions, actors, driver, publisher, store, events, recorder, crews, leases, metrics, maxConsumerIds, recordReadMs: options.recordReadMs, now, stopping: () => this.stopped, drop })
     const terms = { idleTimeoutMs: options.idleTimeoutMs, maxToolRounds: options.maxToolRounds ?? 4 }
     this.creation = new SessionCreation({ sessions, actors, driver, publisher, store, slots, crews, events, terms, fenceOf, now })
     this.commands = new SessionCommands({ sessions, actors, driver, tools, store, overload, durableAcks: !!options.durableAcks, maxConsumerIds, now })

@@ -4,7 +4,7 @@
 // each stays persisted for whichever node restores it next.
 import type { Logger } from '../../platform/logger.js'
 import type { Metrics } from '../../platform/metrics.js'
-import type { SessionStore } from '../persistence/session-store.js'
+import type { SessionRepository } from '../persistence/session-store.js'
 import { settled, type LiveSession } from '../session/live-session.js'
 import type { Deadlines } from './deadlines.js'
 import type { SessionLeases } from './host-options.js'
@@ -13,7 +13,7 @@ import type { LiveSessions } from './live-sessions.js'
 export interface SessionLeavingDeps {
   sessions: Pick<LiveSessions, 'get' | 'list' | 'clear' | 'forget' | 'released' | 'countTurn'>
   deadlines: Pick<Deadlines<LiveSession>, 'clear'>
-  store: Pick<SessionStore, 'releaseEventIds'>
+  store: Pick<SessionRepository, 'releaseEventIds'>
   leases: SessionLeases | undefined
   logger: Logger
   metrics: Metrics

@@ -35,6 +35,8 @@ export interface LiveSessionsDeps {
   fenceOf(sessionId: string): number | undefined
   /** Its writes were fenced off (another node may own it): it is let go without touching the store. */
   lost(live: LiveSession, why: string): void
+  /** The session is no longer live here: what its repository keeps of it may go. */
+  left?(sessionId: string): void
 }
 
 export class LiveSessions {
@@ -108,10 +110,13 @@ export class LiveSessions {
 
   /** Removes the session from the live ones, unless a newer copy under its id took its place. */
   forget(live: LiveSession) {
-    if (this.byId.get(live.id) === live) this.byId.delete(live.id)
+    if (this.byId.get(live.id) !== live) return
+    this.byId.delete(live.id)
+    this.deps.left?.(live.id)
   }
 
   clear() {
+    for (const id of this.byId.keys()) this.deps.left?.(id)
     this.byId.clear()
   }
 

@@ -5,11 +5,11 @@
 // woken from its checkpoint by its next command or its idle deadline.
 import { sessionNotFound } from '../../platform/errors.js'
 import type { Metrics } from '../../platform/metrics.js'
-import { settledWithin } from '../../platform/timing.js'
+import { settledWithin, valueWithin } from '../../platform/timing.js'
 import type { SessionRecorder } from '../../reports/index.js'
 import type { CrewCatalog } from '../crews.js'
 import { rebuild } from '../persistence/session-restore.js'
-import type { SessionStore } from '../persistence/session-store.js'
+import type { SessionRepository } from '../persistence/session-store.js'
 import type { LiveSession } from '../session/live-session.js'
 import { activeState, type SessionEvent } from '../session/machine.js'
 import { log } from '../session/session-effects.js'
@@ -27,12 +27,18 @@ export interface SessionLoaderDeps {
   actors: Pick<SessionActors, 'awake' | 'bind' | 'restored'>
   driver: Pick<SessionDriver, 'afterEvent'>
   publisher: Pick<EventPublisher, 'epochOf'>
-  store: Pick<SessionStore, 'takeFence' | 'load' | 'entriesAfter'>
+  store: Pick<SessionRepository, 'takeFence' | 'load' | 'entriesAfter' | 'checkpointWanted'>
   events: Pick<EventLog, 'durable' | 'takeOver' | 'settle'>
   recorder: Pick<SessionRecorder, 'countedUpTo'>
   crews: CrewCatalog
   leases: SessionLeases | undefined
   metrics: Metrics
+  /**
+   * How long a restore waits for its report record's position (undefined: as long as it takes).
+   * Engine nodes: the record is in MongoDB, which a restore does not wait for; not known in time,
+   * the record is taken as covering the checkpoint.
+   */
+  recordReadMs?: number
   /** ENGINE_MAX_CONSUMER_IDS_PER_SESSION: the consumer ids a restored session keeps. */
   maxConsumerIds: number
   now(): number
@@ -41,6 +47,8 @@ export interface SessionLoaderDeps {
   /** Lets go of a session without touching the store (it is gone from the store, or owned elsewhere). */
   drop(live: LiveSession, why: string): void
 }
+
+
 
 export class SessionLoader {
   constructor(private readonly deps: SessionLoaderDeps) {}
@@ -80,6 +88,9 @@ export class SessionLoader {
       if (token === undefined) return null
       if (!(await store.takeFence(sessionId, token))) return null
     }
+    // Asked at once, read once the session is: its answer may take longest (MongoDB in a cluster).
+    const counting = this.deps.recorder.countedUpTo(sessionId)
+    counting.catch(() => {})
     const persisted = await store.load(sessionId)
     if (!persisted) return null
     const crew = this.deps.crews.get(persisted.crewId)
@@ -92,7 +103,8 @@ export class SessionLoader {
     // from the journal (after a crash, counts not yet written with a checkpoint).
     const covered = persisted.checkpoint.logPosition
     // No live record: nothing to count into. A record of an older version counted with its snapshot.
-    const stored = await this.deps.recorder.countedUpTo(sessionId)
+    const { recordReadMs } = this.deps
+    const stored = await (recordReadMs === undefined ? counting : valueWithin(counting, recordReadMs))
     const counted = stored === null ? Number.MAX_SAFE_INTEGER : (stored ?? covered)
     const entries = await store.entriesAfter(sessionId, Math.min(covered, counted))
     const rebuilt = rebuild(persisted, entries)
@@ -105,6 +117,8 @@ export class SessionLoader {
     if (!events.durable) live.eventBound = eventSeq
     this.deps.actors.bind(live, this.deps.actors.restored(rebuilt.control))
     log(live, 'session.restored', this.deps.now(), { logPosition: rebuilt.seq })
+    // Restored from where an earlier version kept it: the journal gets a checkpoint to restore from next time.
+    if (store.checkpointWanted?.(sessionId)) live.writer.checkpoint()
     this.deps.driver.afterEvent(live)
     // A restored idle session that owes a reply starts it (as a system attend) — unless the
     // command that caused the restore (it runs first) is a user message, whose reply covers it.

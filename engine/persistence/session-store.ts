@@ -127,10 +127,35 @@ export interface ExpiredSession {
 }
 
 /** The fencing token of the writing node (NATS mode); undefined in one process. */
-type Fence = number | undefined
+export type Fence = number | undefined
 const fenced = (fence: Fence): { fence?: number } => (fence === undefined ? {} : { fence })
 
-export class SessionStore {
+/**
+ * What the actor host asks of the place its sessions persist: the SessionStore below (one
+ * process, or a cluster's sessions from before the journal), or a cluster's journaled store
+ * (engine/cluster/journaled-session-store.ts: JetStream first, MongoDB behind).
+ */
+export interface SessionRepository {
+  ensureIndexes(): Promise<void>
+  insert(session: NewSession, fence: Fence): Promise<void>
+  addConsumer(sessionId: string, consumerId: string, keep: number): Promise<void>
+  writeJournal(sessionId: string, entries: HistoryEntry[], control: PersistedControl | undefined): Promise<void>
+  writeCheckpoint(sessionId: string, write: CheckpointWrite, fence: Fence): Promise<boolean>
+  reserveEventIds(sessionId: string, bound: number): Promise<void>
+  releaseEventIds(sessionId: string, lastSeq: number): Promise<void>
+  takeFence(sessionId: string, token: number): Promise<boolean>
+  load(sessionId: string): Promise<PersistedSession | null>
+  closeReason(sessionId: string, accountId: string): Promise<string | null>
+  entriesAfter(sessionId: string, after: number, limit?: number): Promise<HistoryEntry[]>
+  markDestroyed(sessionId: string, close: { reason: string; at: number; idleDeadline?: number }): Promise<boolean>
+  deleteLog(sessionId: string): Promise<void>
+  /** The session left this node (ended, dropped, handed over): what the repository keeps of it goes. */
+  released?(sessionId: string): void
+  /** After a restore: whether the session should be checkpointed at once (its journal has no checkpoint yet). */
+  checkpointWanted?(sessionId: string): boolean
+}
+
+export class SessionStore implements SessionRepository {
   private readonly sessions: Collection<SessionDoc>
   private readonly journal: OrderedLog<JournalValue>
 
@@ -197,6 +222,17 @@ export class SessionStore {
     const records: { stream: string; position: number; value: JournalValue }[] = entries.map(entry => ({ stream: sessionId, position: entry.seq, value: entry }))
     const last = entries.at(-1)
     if (control && last) records.push({ stream: sessionId, position: CONTROL, value: { seq: last.seq, control } })
+    await this.journal.write(records)
+  }
+
+  /** Several sessions' journal writes in one bulk write (a cluster's copy in MongoDB, written behind). */
+  async writeJournals(batches: { sessionId: string; entries: HistoryEntry[]; control: PersistedControl | undefined }[]) {
+    const records: { stream: string; position: number; value: JournalValue }[] = []
+    for (const { sessionId, entries, control } of batches) {
+      for (const entry of entries) records.push({ stream: sessionId, position: entry.seq, value: entry })
+      const last = entries.at(-1)
+      if (control && last) records.push({ stream: sessionId, position: CONTROL, value: { seq: last.seq, control } })
+    }
     await this.journal.write(records)
   }
 
@@ -322,10 +358,18 @@ export class SessionStore {
 }
 
 /**
+ * Another node writes the session now (a cluster's journal refused this node's write): the
+ * writer lets the session go without writing anything more.
+ */
+export class WritesFenced extends Error {
+  override name = 'WritesFenced'
+}
+
+/**
  * A stored checkpoint, or the persisted XState snapshot an earlier version stored in its place
  * (a live session at the upgrade): its context held the conversation and the control together.
  */
-function checkpointOf(stored: any, logPosition: number, createdAt: Date): Checkpoint {
+export function checkpointOf(stored: any, logPosition: number, createdAt: Date): Checkpoint {
   if (stored && stored.control && stored.conversation) return stored as Checkpoint
   const c = stored?.context ?? {}
   const generating = typeof stored?.value === 'object' && stored.value?.active === 'generating'

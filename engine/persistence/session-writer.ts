@@ -21,7 +21,7 @@ import type { Logger } from '../../platform/logger.js'
 import type { Metrics } from '../../platform/metrics.js'
 import type { PersistedControl } from '../session/machine.js'
 import type { RecordWriter } from './record-writer.js'
-import type { CheckpointWrite, SessionStore } from './session-store.js'
+import { WritesFenced, type CheckpointWrite, type SessionRepository } from './session-store.js'
 import type { HistoryEntry } from '../types.js'
 
 /** What the writer asks the actor host about the session it writes. */
@@ -49,7 +49,7 @@ export interface CheckpointPolicy {
 export const DEFAULT_CHECKPOINTS: CheckpointPolicy = { entries: 60, countsMs: 5_000 }
 
 export interface WriteBehindOptions {
-  store: SessionStore
+  store: Pick<SessionRepository, 'writeJournal' | 'writeCheckpoint'>
   logger: Logger
   metrics: Metrics
   now: () => number
@@ -207,7 +207,14 @@ export class WriteBehind {
             writer.logged()
             void this.afterJournal(writer, upTo)
           },
-          error => writer.failed(entries, error),
+          error => {
+            if (error instanceof WritesFenced) {
+              // Another node writes the session now: nothing more from here.
+              writer.discard()
+              session.lost(error.message)
+              writer.settle()
+            } else writer.failed(entries, error)
+          },
         ),
       )
     }

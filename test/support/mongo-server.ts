@@ -11,6 +11,8 @@ import { fileURLToPath } from 'node:url'
 export interface MongoTestServer {
   /** Connection string, e.g. mongodb://127.0.0.1:41234/?directConnection=true */
   url: string
+  /** The server's process (undefined with MONGO_URL): an outage test pauses it with SIGSTOP. */
+  pid?: number
   /** Kills the server process and waits for it to exit. Safe to call twice. */
   stop(): Promise<void>
 }
@@ -70,6 +72,7 @@ export async function startMongoTestServer(
   let stopping: Promise<void> | undefined
   return {
     url: `mongodb://127.0.0.1:${port}/?directConnection=true`,
+    pid: child.pid,
     stop() {
       stopping ??= (async () => {
         if (child.exitCode !== null || child.signalCode !== null) return
