@@ -344,6 +344,10 @@ export class EngineNode {
     if (seen) return seen
     const outcome = this.host.command(target, command)
     this.recent.set(id, outcome)
+    // Not run here after all (the session left this node): a retry may find it here again.
+    outcome.catch(error => {
+      if (error instanceof DomainError && error.code === 'NOT_OWNER' && this.recent.get(id) === outcome) this.recent.delete(id)
+    })
     if (this.recent.size > RECENT_COMMANDS) this.recent.delete(this.recent.keys().next().value!)
     return outcome
   }

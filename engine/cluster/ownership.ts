@@ -7,21 +7,22 @@
 //                      dead. Gateways and nodes watch the bucket (placement: least `live`).
 //   sb_session_owners  key <sessionId> -> {node, at}: the session's lease. Claimed with
 //                      create() (no owner yet) or, when the owner is dead, with update() against
-//                      the revision that named the dead owner; renewed by update(key, value,
-//                      revision) every ENGINE_LEASE_RENEW_MS; deleted (at its revision) when the
-//                      session is destroyed or the node stops.
+//                      the revision that named the dead owner; deleted (at its revision) when the
+//                      session is destroyed or the node stops. Not renewed per session: a lease
+//                      lives as long as its node does (its heartbeat), so the cost of holding
+//                      sessions does not grow with their number.
 //
 // The revision returned by the claim is the lease's fencing token. JetStream revisions only
-// grow, so a later owner always has a larger token. The host writes the token into the
-// session's document when it restores the session and makes its checkpoint writes conditional on
-// it, so a node that lost its lease (paused, partitioned) can no longer overwrite the new
-// owner's state; the node also stops writing once its lease was not renewed within
-// 3 renew periods, and drops the actor when a renewal's compare-and-set fails. A node whose
-// NATS connection drops drops every session at once (watchConnection): a survivor may already
-// own them, and after reconnecting the node must not serve them next to it.
+// grow, so a later owner always has a larger token. The new owner appends an owner mark to the
+// session's journal and event log (engine/cluster/jetstream-journal.ts, jetstream-event-log.ts),
+// after which a node that lost the session (paused, partitioned) can no longer write either.
+// A node whose link to JetStream was not confirmed within 3 ENGINE_LEASE_RENEW_MS periods (its
+// heartbeat, or a probe while it drains) stops using its leases; a node whose NATS connection
+// drops drops every session at once (watchConnection): a survivor may already own them, and
+// after reconnecting the node must not serve them next to it.
 import { NoRespondersError, RequestError, type NatsConnection, type QueuedIterator } from '@nats-io/transport-node'
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream'
-import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv'
+import { Kvm, KvWatchInclude, type KV, type KvWatchEntry } from '@nats-io/kv'
 import { Unavailable } from '../../platform/errors.js'
 import type { Logger } from '../../platform/logger.js'
 import type { Wire } from '../../platform/wire.js'
@@ -39,17 +40,15 @@ export interface NodeInfo {
 }
 
 interface Lease {
-  /** Revision of the claim: the fencing token. */
+  /** Revision of the claim: the fencing token (and the compare-and-set base of its release). */
   token: number
-  /** Current revision of the owner entry (compare-and-set base of the next renewal). */
-  revision: number
-  renewedAt: number
+  claimedAt: number
 }
 
 export interface ClusterTiming {
   /** Node heartbeat period; a node is dead after 3 missed heartbeats. */
   heartbeatMs: number
-  /** Session lease renewal period; a lease not renewed within 3 periods is not used any more. */
+  /** How often the node confirms its link to JetStream; leases are not used past 3 periods without it. */
   renewMs: number
 }
 
@@ -162,9 +161,12 @@ export class Ownership implements SessionLeases {
   private readonly leases = new Map<string, Lease>()
   private heartbeat?: NodeJS.Timeout
   private renewal?: NodeJS.Timeout
-  private renewing = false
+  private ownersWatch?: QueuedIterator<KvWatchEntry>
+  private probing = false
   private stopped = false
-  /** Called when a lease was lost (a renewal's compare-and-set failed): drop the actor. */
+  /** When this node's link to JetStream was last confirmed (a heartbeat stored, or a probe answered). */
+  private linkAt = Date.now()
+  /** Called when another node took a session of this node's over (seen on the owners bucket): drop the actor. */
   onLost: (sessionId: string) => void = () => {}
   /** Called when a session left the host: unsubscribe its command subject. */
   onUnloaded: (sessionId: string) => void = () => {}
@@ -202,9 +204,35 @@ export class Ownership implements SessionLeases {
     await this.beat()
     this.heartbeat = setInterval(() => void this.beat(), this.timing.heartbeatMs)
     this.heartbeat.unref()
-    this.renewal = setInterval(() => void this.renewAll(), this.timing.renewMs)
+    this.renewal = setInterval(() => void this.probe(), this.timing.renewMs)
     this.renewal.unref()
     void this.watchConnection()
+    void this.watchOwners()
+  }
+
+  /**
+   * A claim by another node of a session this node holds (it took this node for dead: a stalled
+   * event loop, a slow link) is seen here at once: the session is dropped before it answers
+   * anything from a stale actor. Its writes are fenced by the journal either way.
+   */
+  private async watchOwners() {
+    try {
+      this.ownersWatch = await this.owners.watch({ include: KvWatchInclude.UpdatesOnly })
+      for await (const entry of this.ownersWatch) {
+        const lease = this.leases.get(entry.key)
+        if (!lease || entry.revision <= lease.token) continue
+        // This node's own claim again (its answer and this entry may come in either order).
+        if (entry.operation === 'PUT') {
+          const owner = this.wire.decode<{ node: string }>('session.owner', entry.value, { bucket: OWNERS_BUCKET, key: entry.key })
+          if (owner.ok && owner.message.node === this.nodeId) continue
+        }
+        this.leases.delete(entry.key)
+        this.logger.warn('session lease lost: another node owns it now', { sessionId: entry.key })
+        this.onLost(entry.key)
+      }
+    } catch (error) {
+      if (!this.stopped) this.logger.warn('owners watch ended', { error })
+    }
   }
 
   /**
@@ -241,6 +269,7 @@ export class Ownership implements SessionLeases {
     try {
       const info: NodeInfo = { node: this.nodeId, live: this.load(), at: Date.now() }
       await this.directory.bucket.put(this.nodeId, this.wire.encode(info))
+      this.linkAt = Date.now()
     } catch (error) {
       this.logger.warn('engine heartbeat failed', { error })
     }
@@ -268,9 +297,9 @@ export class Ownership implements SessionLeases {
     if (lease && !this.stopped && this.lapsed(lease)) this.onLapsed(sessionId, accountId)
   }
 
-  /** Not renewed for 3 periods: no longer used (another node may take the session meanwhile). */
+  /** The link not confirmed for 3 periods: no longer used (another node may take the session meanwhile). */
   private lapsed(lease: Lease) {
-    return Date.now() - lease.renewedAt >= this.timing.renewMs * 3
+    return Date.now() - Math.max(this.linkAt, lease.claimedAt) >= this.timing.renewMs * 3
   }
 
   // ------------------------------------------------------------ claims
@@ -296,7 +325,7 @@ export class Ownership implements SessionLeases {
           if (owner !== this.nodeId) this.logger.info('taking over a session of a dead engine node', { sessionId, from: owner })
           revision = await this.owners.update(sessionId, value, entry.revision)
         }
-        this.leases.set(sessionId, { token: revision, revision, renewedAt: Date.now() })
+        this.leases.set(sessionId, { token: revision, claimedAt: Date.now() })
         return { token: revision }
       } catch (error) {
         if (!isCasFailure(error)) throw error
@@ -333,48 +362,30 @@ export class Ownership implements SessionLeases {
     if (!lease) return
     this.leases.delete(sessionId)
     try {
-      await this.owners.delete(sessionId, { previousSeq: lease.revision })
+      await this.owners.delete(sessionId, { previousSeq: lease.token })
     } catch (error) {
       if (!isCasFailure(error)) this.logger.warn('lease release failed', { sessionId, error })
     }
   }
 
-  private async renewAll() {
-    if (this.renewing || this.stopped) return
-    this.renewing = true
+  /**
+   * Confirms the link to JetStream when the heartbeat does not (a draining node has stopped
+   * beating): one request per period for the whole node, whatever the number of its sessions.
+   */
+  private async probe() {
+    if (this.probing || this.stopped || Date.now() - this.linkAt < this.timing.renewMs) return
+    this.probing = true
     try {
-      const ids = [...this.leases.keys()]
-      for (let i = 0; i < ids.length; i += 64) {
-        await Promise.all(ids.slice(i, i + 64).map(id => this.renew(id)))
-      }
-    } finally {
-      this.renewing = false
-    }
-  }
-
-  private async renew(sessionId: string) {
-    const lease = this.leases.get(sessionId)
-    if (!lease) return
-    try {
-      const revision = await this.owners.update(sessionId, this.wire.encode({ node: this.nodeId, at: Date.now() }), lease.revision)
-      if (this.leases.get(sessionId) === lease) {
-        lease.revision = revision
-        lease.renewedAt = Date.now()
-      }
+      await this.owners.status()
+      this.linkAt = Date.now()
     } catch (error) {
-      if (isCasFailure(error)) {
-        if (this.leases.get(sessionId) !== lease) return
-        this.leases.delete(sessionId)
-        this.logger.warn('session lease lost: another node owns it now', { sessionId })
-        this.onLost(sessionId)
-      } else {
-        // Disconnected: try again next period; the lease stops counting after 3 periods.
-        this.logger.debug('lease renewal failed', { sessionId, error })
-      }
+      this.logger.debug('JetStream link probe failed', { error })
+    } finally {
+      this.probing = false
     }
   }
 
-  /** Draining: out of the directory (no new sessions are placed here); leases are still renewed. */
+  /** Draining: out of the directory (no new sessions are placed here); the link is still confirmed by probes. */
   async leave() {
     clearInterval(this.heartbeat)
     this.heartbeat = undefined
@@ -390,6 +401,7 @@ export class Ownership implements SessionLeases {
     this.stopped = true
     clearInterval(this.heartbeat)
     clearInterval(this.renewal)
+    this.ownersWatch?.stop()
     await Promise.all([...this.leases.keys()].map(id => this.release(id)))
     try {
       await this.directory.bucket.delete(this.nodeId)

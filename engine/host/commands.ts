@@ -59,6 +59,9 @@ async function userMessage(deps: CommandDeps, live: LiveSession, command: Comman
     // Acknowledged once its history entry is committed (with the control state), not after
     // the checkpoint: a restore folds the journal past the last checkpoint.
     await live.writer.entriesWritten(upTo)
+    // Let go meanwhile (another node writes the session now): what it was not told of is not
+    // acknowledged here; the gateway sends the message again to the owner.
+    if (live.writer.discardedUpTo(upTo)) throw new Unavailable('NOT_OWNER', `Session ${live.id} is not hosted by this node any more`, {}, { retryAfterSeconds: 1 })
     if (live.writer.holdsUpTo(upTo)) throw new Unavailable('SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { retryAfterSeconds: 5 })
   }
   return { accepted: true }

@@ -254,6 +254,8 @@ export class SessionWriter {
   /** entriesWritten() callers, by the history seq they wait for. */
   private seqWaiters: { seq: number; resolve: () => void }[] = []
   private attempts = 0
+  /** The first history seq forgotten unwritten by discard() (the session went to another node). */
+  private discardedFrom = Number.MAX_SAFE_INTEGER
   private retry: NodeJS.Timeout | null = null
   private givenUp = false
   /** The last history seq appended. */
@@ -316,6 +318,8 @@ export class SessionWriter {
 
   /** Forgets what is not written yet (the session is owned elsewhere). */
   discard() {
+    const first = this.taken[0]?.seq ?? this.pending[0]?.seq
+    if (first !== undefined) this.discardedFrom = Math.min(this.discardedFrom, first)
     this.pending = []
     this.taken = []
     this.wakeSeqWaiters(true)
@@ -364,6 +368,11 @@ export class SessionWriter {
   /** Nothing to write, nothing being written, checkpoint and record current: what the session is now is in the store. */
   quiet(): boolean {
     return this.pending.length === 0 && this.taken.length === 0 && this.checkpointed === this.lastSeq && this.countsSince === 0 && !this.retry && !this.givenUp && this.done >= this.asked
+  }
+
+  /** Whether an entry up to `seq` was forgotten unwritten: the session went to another node first. */
+  discardedUpTo(seq: number): boolean {
+    return this.discardedFrom <= seq
   }
 
   /** Whether the session's writes were given up on (until a later write succeeds). */
