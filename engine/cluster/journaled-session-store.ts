@@ -264,7 +264,7 @@ export class JournaledSessionStore implements SessionRepository {
 const metaOf = (held: Held): JournalSessionMeta => ({ accountId: held.accountId, crewId: held.crewId, consumers: held.consumers, createdAt: held.createdAt })
 
 /** The history entries of a log's batches with seq > after, each once, in order. */
-function entriesOf(records: JournalRead['records'], after: number): HistoryEntry[] {
+export function entriesOf(records: JournalRead['records'], after: number): HistoryEntry[] {
   const entries: HistoryEntry[] = []
   let last = after
   for (const { record } of records) {
