@@ -4,13 +4,13 @@
 // events for SSE_EVENT_RETENTION_MS, so any gateway can replay what a client missed, after the
 // engine node that published them is gone.
 //
-// Appends are plain publishes (one per event, no ack to wait for; Nats-Msg-Id = session, epoch
-// and seq, so a publish retried by the client after a reconnect is stored once), versioned like
-// every message on NATS; what is read back is checked (platform/wire.ts), and the stream keeps
+// Appends are plain publishes (one per event, no ack to wait for, no header: a core publish is
+// sent once, and readers apply an event only if its seq follows what they have, so a stored
+// duplicate would be skipped anyway), versioned like every message on NATS; what is read back is checked (platform/wire.ts), and the stream keeps
 // events of the previous version for as long as its retention. Reads use a
 // short-lived ephemeral consumer filtered on the session's subject (nats-server 2.9 has neither
 // multi-filter ordered consumers nor batched direct gets).
-import { headers, type NatsConnection } from '@nats-io/transport-node'
+import type { NatsConnection } from '@nats-io/transport-node'
 import {
   AckPolicy,
   DeliverPolicy,
@@ -77,11 +77,9 @@ export class JetStreamEventLog implements EventLog {
   }
 
   append(sessionId: string, event: StreamEvent) {
-    const h = headers()
-    h.set('Nats-Msg-Id', `${sessionId}:${event.epoch}:${event.seq}`)
     try {
       const { body: _serialisedForStreams, ...wire } = event
-      this.nc.publish(eventsSubject(sessionId), this.wire.encode(wire), { headers: h })
+      this.nc.publish(eventsSubject(sessionId), this.wire.encode(wire))
     } catch (error) {
       this.logger.warn('session event not published', { sessionId, seq: event.seq, error })
     }

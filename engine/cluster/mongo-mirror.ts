@@ -4,7 +4,7 @@
 // JetStream acknowledged it. A turn never waits for MongoDB, so a database that stalls, elects a
 // new primary or is gone for a while does not stop a conversation.
 //
-// One queue for every session of the node, in order. Every `windowMs` the queued writes go out in
+// One queue for every session of the node, in order. Every `windowMs` (100) the queued writes go out in
 // phases (new documents, fences, history in one bulk write, consumers, checkpoints, closes), so a
 // session's writes land in the order it made them. A phase that fails goes back to the front of
 // the queue with the phases after it and is retried with back-off (capped, for as long as the
@@ -62,6 +62,8 @@ export interface MirrorStatus {
 
 export class MongoMirror {
   private queue: Queued[] = []
+  /** The batch being written. */
+  private writing = 0
   private readonly pending = new Map<string, number>()
   /** Sessions whose history copy in MongoDB lost writes (dropped past maxQueued): read from the journal. */
   private readonly incomplete = new Set<string>()
@@ -79,7 +81,7 @@ export class MongoMirror {
     this.queue.push({ sessionId, write, done })
     this.pending.set(sessionId, (this.pending.get(sessionId) ?? 0) + 1)
     if (this.queue.length > (this.options.maxQueued ?? 200_000)) this.shed()
-    this.options.metrics.storeWritesBehind.set(this.queue.length)
+    this.options.metrics.storeWritesBehind.set(this.queue.length + this.writing)
     if (!this.running && !this.stopped) this.running = this.run().finally(() => (this.running = null))
   }
 
@@ -98,7 +100,7 @@ export class MongoMirror {
   }
 
   status(): MirrorStatus {
-    return { behind: this.queue.length, failingSince: this.failingSince, lastError: this.lastError }
+    return { behind: this.queue.length + this.writing, failingSince: this.failingSince, lastError: this.lastError }
   }
 
   /** Writes what is queued, for at most `timeoutMs`; what is left stays in the journal. */
@@ -117,11 +119,13 @@ export class MongoMirror {
 
   private async run() {
     while (this.queue.length > 0 && !this.stopped) {
-      await this.sleep(this.failures === 0 ? (this.options.windowMs ?? 20) : this.backoff())
+      await this.sleep(this.failures === 0 ? (this.options.windowMs ?? 100) : this.backoff())
       if (this.stopped) return
       const batch = this.queue
       this.queue = []
+      this.writing = batch.length
       const left = await this.flush(batch)
+      this.writing = 0
       if (left.length === 0) {
         if (this.failures > 0) this.options.logger.info('MongoDB writes caught up', { after: this.failures })
         this.failures = 0
@@ -131,7 +135,7 @@ export class MongoMirror {
       } else {
         this.queue = [...left, ...this.queue]
       }
-      this.options.metrics.storeWritesBehind.set(this.queue.length)
+      this.options.metrics.storeWritesBehind.set(this.queue.length + this.writing)
     }
   }
 
