@@ -33,6 +33,7 @@
 // The person's addresses and identifiers are kept in the operation only while it runs; the write
 // that ends it removes them. Erasure closes live sessions through this process's session
 // transport: a worker without one (ROLE=worker) reports them as not closed (status partial).
+import { NotFound } from '../platform/errors.js'
 import type { Principal } from '../platform/principal.js'
 import type { Platform } from '../platform/index.js'
 import type { Delivery, WorkQueue } from '../platform/bus/index.js'
@@ -396,7 +397,7 @@ export class Erasures {
       await transport.command({ sessionId, accountId }, { type: 'session.destroy', reason: 'erased', by: 'admin', userId: ERASED_BY })
     } catch (error) {
       // Closed meanwhile (or by its idle deadline): what the store says decides.
-      if ((error as { status?: number }).status !== 404) throw error
+      if (!(error instanceof NotFound)) throw error
     }
     const deadline = Date.now() + CLOSE_WAIT_MS
     while ((await this.sessions.stateOf(sessionId, accountId)) === 'live') {
