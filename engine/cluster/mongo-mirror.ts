@@ -4,7 +4,7 @@
 // JetStream acknowledged it. A turn never waits for MongoDB, so a database that stalls, elects a
 // new primary or is gone for a while does not stop a conversation.
 //
-// One queue for every session of the node, in order. Every `windowMs` (100) the queued writes go out in
+// One queue for every session of the node, in order. Every `windowMs` (50) the queued writes go out in
 // phases (new documents, fences, history in one bulk write, consumers, checkpoints, closes), so a
 // session's writes land in the order it made them. A phase that fails goes back to the front of
 // the queue with the phases after it and is retried with back-off (capped, for as long as the
@@ -28,6 +28,9 @@ export type MirrorWrite =
   | { kind: 'destroy'; close: { reason: string; at: number; idleDeadline?: number } }
   | { kind: 'deleteLog' }
 
+/** History records per bulk write. */
+const JOURNAL_SLICE = 200
+
 const PHASES: MirrorWrite['kind'][] = ['insert', 'fence', 'journal', 'consumer', 'checkpoint', 'destroy', 'deleteLog']
 
 interface Queued {
@@ -35,6 +38,8 @@ interface Queued {
   write: MirrorWrite
   /** Told the write's outcome once it landed (a close answers whether this call closed it). */
   done?: (result: boolean) => void
+  /** Landed (a phase that fails after some of its slices is retried without them). */
+  settled?: boolean
 }
 
 export interface MongoMirrorOptions {
@@ -119,7 +124,7 @@ export class MongoMirror {
 
   private async run() {
     while (this.queue.length > 0 && !this.stopped) {
-      await this.sleep(this.failures === 0 ? (this.options.windowMs ?? 100) : this.backoff())
+      await this.sleep(this.failures === 0 ? (this.options.windowMs ?? 50) : this.backoff())
       if (this.stopped) return
       const batch = this.queue
       this.queue = []
@@ -173,8 +178,8 @@ export class MongoMirror {
         await this.within(this.apply(PHASES[i]!, writes))
       } catch (error) {
         this.failed(error)
-        // This phase and the later ones, in their order.
-        return PHASES.slice(i).flatMap(kind => byPhase.get(kind) ?? [])
+        // This phase and the later ones, in their order, but what landed.
+        return PHASES.slice(i).flatMap(kind => (byPhase.get(kind) ?? []).filter(queued => !queued.settled))
       }
     }
     return []
@@ -215,13 +220,31 @@ export class MongoMirror {
           batch.control = write.control ?? batch.control
         } else bySession.set(sessionId, { sessionId, entries: [...write.entries], control: write.control })
       }
-      await store.writeJournals([...bySession.values()])
-      for (const queued of writes) this.landed(queued, true)
+      // In slices: encoding a window's history in one go would hold the event loop (and every
+      // live turn of the node) for milliseconds; between slices the loop serves them.
+      let slice: { sessionId: string; entries: HistoryEntry[]; control: PersistedControl | undefined }[] = []
+      let records = 0
+      const write = async () => {
+        await store.writeJournals(slice)
+        const written = new Set(slice.map(batch => batch.sessionId))
+        for (const queued of writes) if (written.has(queued.sessionId)) this.landed(queued, true)
+        slice = []
+        records = 0
+      }
+      for (const batch of bySession.values()) {
+        slice.push(batch)
+        records += batch.entries.length + 1
+        if (records >= JOURNAL_SLICE) await write()
+      }
+      if (slice.length) await write()
       return
     }
-    // The others, one request each, all at once (each names its own document).
-    const results = await Promise.all(writes.map(queued => this.applyOne(queued)))
-    writes.forEach((queued, i) => this.landed(queued, results[i]!))
+    // The others, one request each (each names its own document), a slice at a time.
+    for (let i = 0; i < writes.length; i += JOURNAL_SLICE) {
+      const slice = writes.slice(i, i + JOURNAL_SLICE)
+      const results = await Promise.all(slice.map(queued => this.applyOne(queued)))
+      slice.forEach((queued, k) => this.landed(queued, results[k]!))
+    }
   }
 
   private async applyOne({ sessionId, write }: Queued): Promise<boolean> {
@@ -252,6 +275,8 @@ export class MongoMirror {
   }
 
   private landed(queued: Queued, result: boolean) {
+    if (queued.settled) return
+    queued.settled = true
     const left = (this.pending.get(queued.sessionId) ?? 1) - 1
     if (left > 0) this.pending.set(queued.sessionId, left)
     else this.pending.delete(queued.sessionId)

@@ -20,6 +20,7 @@
 // Each consume() runs `concurrency` pull lanes; a lane fetches one message and only asks for
 // the next once it has handled it, so a process never holds more than `concurrency` messages
 // and nothing waits in a local buffer while its ack_wait runs out.
+import { coalesceNatsWrites } from './nats-writes.js'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { randomUUID } from 'node:crypto'
 import { connect, nanos, type NatsConnection } from '@nats-io/transport-node'
@@ -305,12 +306,17 @@ export class NatsBus implements Bus {
     const servers = (Array.isArray(options.servers) ? options.servers : options.servers.split(','))
       .map(s => s.trim())
       .filter(Boolean)
+    coalesceNatsWrites()
     const connection = await connect({
       servers,
       name: options.name ?? 'switchboard',
       maxReconnectAttempts: -1,
       reconnectTimeWait: 250,
       pingInterval: 10_000,
+      // Every request (each JetStream publish, each gateway -> engine command) would otherwise
+      // build two Error objects with stack traces up front, in case it fails: ~10 % of a
+      // gateway's CPU per turn (bench/cluster profile). Our errors carry their own context.
+      noAsyncTraces: true,
     })
     try {
       const jsm = await jetstreamManager(connection, { timeout: 5000 })
