@@ -32,7 +32,7 @@ export interface Metrics {
   overloadRefused: Counter<'reason'>
   /** Stream places taken on this process (platform/stream-shares.ts), by kind: channel, supervision. */
   streamPlacesHeld: Gauge<'kind'>
-  /** Streams refused 429 ACCOUNT_STREAM_LIMIT: the account held its share, by kind. */
+  /** Streams refused 429 ACCOUNT_STREAM_LIMIT: places were short and the account held its share, by kind. */
   accountStreamsRefused: Counter<'kind'>
   eventLoopDelayP99: Gauge
   messagePace: Gauge
@@ -151,7 +151,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     }),
     accountStreamsRefused: new Counter({
       name: 'switchboard_account_streams_refused_total',
-      help: "New streams refused with 429 ACCOUNT_STREAM_LIMIT because the account held its share of the process's places, by kind (channel, supervision)",
+      help: "New streams refused with 429 ACCOUNT_STREAM_LIMIT because places were short and the account held its share or more, by kind (channel, supervision)",
       labelNames: ['kind'],
       registers,
     }),

@@ -131,8 +131,9 @@ async function destroy(deps: CommandDeps, live: LiveSession, command: CommandOf<
 /** A page of the session's history, once what it holds is written. */
 async function history(deps: CommandDeps, live: LiveSession, command: CommandOf<'query.history'>) {
   const { after, limit } = command
-  // Every entry so far committed to the journal (not the report record: in a cluster MongoDB may be behind).
-  await live.writer.entriesWritten(live.seq)
+  // Every entry so far committed to the journal (not the report record: in a cluster MongoDB may
+  // be behind); a session whose writes were given up on answers what the journal has.
+  if (!live.writer.unpersisted) await live.writer.entriesWritten(live.seq)
   const page = await deps.store.entriesAfter(live.id, after, limit + 1)
   const entries = page.slice(0, limit).map(entry => ({ ...entry, at: new Date(entry.at).toISOString() }))
   return {

@@ -33,7 +33,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       responses: {
         '200': { description: 'text/event-stream: Initialized, then the session events', schema: 'channel.stream' },
         '400': errors['400'],
-        '429': { description: 'SESSION_LIMIT_REACHED: the crew has maxConcurrentSessions live sessions; ACCOUNT_STREAM_LIMIT: the account holds its share of the streams of this node' },
+        '429': { description: 'SESSION_LIMIT_REACHED: the crew has maxConcurrentSessions live sessions; ACCOUNT_STREAM_LIMIT: this node is short of streams and the account holds its share or more (Retry-After)' },
         '503': { description: 'OVERLOADED (Retry-After)' },
       },
       async open(ctx, start) {
@@ -72,7 +72,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       role: 'channel',
       tag,
       summary: 'Attach a consumer (first event: session.consumer.attached); with Last-Event-ID, the events after it are replayed first (through any gateway)',
-      responses: { '200': { description: 'text/event-stream: session.consumer.attached, the replay after Last-Event-ID, then live events', schema: 'channel.stream' }, ...errors, '429': { description: 'CONSUMER_LIMIT_REACHED; ACCOUNT_STREAM_LIMIT: the account holds its share of the streams of this node' }, '503': { description: 'OVERLOADED (Retry-After)' } },
+      responses: { '200': { description: 'text/event-stream: session.consumer.attached, the replay after Last-Event-ID, then live events', schema: 'channel.stream' }, ...errors, '429': { description: 'CONSUMER_LIMIT_REACHED; ACCOUNT_STREAM_LIMIT: this node is short of streams and the account holds its share or more (Retry-After)' }, '503': { description: 'OVERLOADED (Retry-After)' } },
       async open(ctx, start) {
         const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
         const consumerId = ctx.query.get('consumerId') ?? ctx.headers['x-consumer-id'] ?? undefined

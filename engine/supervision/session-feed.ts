@@ -46,7 +46,7 @@ export function feedRoute(directory: SessionDirectory, clock: Clock, overload = 
       '400': { description: 'USER_ID_REQUIRED, INVALID_USER_ID, INVALID_LAST_EVENT_ID' },
       '401': { description: 'Missing or unknown apikey' },
       '403': { description: 'The key lacks the admin role' },
-      '429': { description: "ACCOUNT_STREAM_LIMIT: the account holds its share of this node's supervision streams (Retry-After)" },
+      '429': { description: "ACCOUNT_STREAM_LIMIT: this node is short of supervision streams and the account holds its share or more (Retry-After)" },
       '503': { description: 'OVERLOADED: this node holds its maximum of supervision streams, or is overloaded (Retry-After)' },
     },
     async open(ctx, start) {

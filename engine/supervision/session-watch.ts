@@ -74,7 +74,7 @@ export function watchRoute(transport: SessionTransport, presence: Presence, over
       '401': { description: 'Missing or unknown apikey' },
       '403': { description: 'The key lacks the admin role' },
       '404': { description: "SESSION_NOT_FOUND (missing, destroyed, or another account's)" },
-      '429': { description: "ACCOUNT_STREAM_LIMIT: the account holds its share of this node's supervision streams (Retry-After)" },
+      '429': { description: "ACCOUNT_STREAM_LIMIT: this node is short of supervision streams and the account holds its share or more (Retry-After)" },
       '503': { description: 'OVERLOADED: this node holds its maximum of supervision streams, or is overloaded (Retry-After)' },
     },
     async open(ctx, start) {
