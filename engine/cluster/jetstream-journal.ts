@@ -273,11 +273,6 @@ export class JetStreamJournal {
     await this.jsm.streams.purge(JOURNAL_STREAM, { filter: pointerSubject(sessionId) })
   }
 
-  /** Sessions this node appends to (for tests and metrics). */
-  get held(): number {
-    return this.tails.size
-  }
-
   private async pointer(sessionId: string): Promise<number> {
     const message = await this.jsm.streams.getMessage(JOURNAL_STREAM, { last_by_subj: pointerSubject(sessionId) })
     if (!message) return 1
