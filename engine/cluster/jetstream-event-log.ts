@@ -15,14 +15,13 @@ import {
   AckPolicy,
   DeliverPolicy,
   DiscardPolicy,
-  JetStreamApiCodes,
-  JetStreamApiError,
   jetstream,
   jetstreamManager,
   StorageType,
   type JetStreamClient,
   type JetStreamManager,
 } from '@nats-io/jetstream'
+import { isWrongLastSequence, nanos, openStream } from './jetstream-streams.js'
 import { Unavailable } from '../../platform/errors.js'
 import type { Logger } from '../../platform/logger.js'
 import type { Wire } from '../../platform/wire.js'
@@ -30,7 +29,6 @@ import { isNewer, type EventLog, type LogPosition, type StreamEvent } from '../s
 
 export const EVENTS_STREAM = 'SB_SESSION_EVENTS'
 export const eventsSubject = (sessionId: string) => `sb.session.${sessionId}.events`
-const nanos = (ms: number) => ms * 1_000_000
 
 export interface JetStreamEventLogOptions {
   /** Events kept per session. */
@@ -54,25 +52,16 @@ export class JetStreamEventLog implements EventLog {
   /** Opens (creating it when missing) the stream; an existing one is used as it is. */
   static async open(nc: NatsConnection, options: JetStreamEventLogOptions): Promise<JetStreamEventLog> {
     const jsm = await jetstreamManager(nc)
-    try {
-      await jsm.streams.info(EVENTS_STREAM)
-    } catch (error) {
-      if (!(error instanceof JetStreamApiError && error.code === JetStreamApiCodes.StreamNotFound)) throw error
-      try {
-        await jsm.streams.add({
-          name: EVENTS_STREAM,
-          subjects: [eventsSubject('*')],
-          storage: StorageType.File,
-          discard: DiscardPolicy.Old,
-          max_msgs_per_subject: options.perSession,
-          max_age: nanos(options.retentionMs),
-          duplicate_window: nanos(Math.min(options.retentionMs, 2 * 60_000)),
-          num_replicas: options.replicas,
-        })
-      } catch {
-        await jsm.streams.info(EVENTS_STREAM) // created concurrently by another process: fine
-      }
-    }
+    await openStream(jsm, {
+      name: EVENTS_STREAM,
+      subjects: [eventsSubject('*')],
+      storage: StorageType.File,
+      discard: DiscardPolicy.Old,
+      max_msgs_per_subject: options.perSession,
+      max_age: nanos(options.retentionMs),
+      duplicate_window: nanos(Math.min(options.retentionMs, 2 * 60_000)),
+      num_replicas: options.replicas,
+    })
     return new JetStreamEventLog(nc, jsm, jetstream(nc), options.logger, options.wire)
   }
 
@@ -157,7 +146,3 @@ export class JetStreamEventLog implements EventLog {
     // The stream's limits (per session count, max age) let ended sessions' events go.
   }
 }
-
-const isWrongLastSequence = (error: unknown) =>
-  error instanceof JetStreamApiError &&
-  (error.code === JetStreamApiCodes.StreamWrongLastSequence || error.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)

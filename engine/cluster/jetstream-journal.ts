@@ -19,14 +19,13 @@ import {
   AckPolicy,
   DeliverPolicy,
   DiscardPolicy,
-  JetStreamApiCodes,
-  JetStreamApiError,
   jetstream,
   jetstreamManager,
   StorageType,
   type JetStreamClient,
   type JetStreamManager,
 } from '@nats-io/jetstream'
+import { isWrongLastSequence, nanos, openStream } from './jetstream-streams.js'
 import { Unavailable } from '../../platform/errors.js'
 import type { Logger } from '../../platform/logger.js'
 import type { Wire } from '../../platform/wire.js'
@@ -37,7 +36,6 @@ import type { HistoryEntry } from '../types.js'
 export const JOURNAL_STREAM = 'SB_SESSION_JOURNAL'
 export const journalSubject = (sessionId: string) => `sb.journal.${sessionId}.log`
 export const pointerSubject = (sessionId: string) => `sb.journal.${sessionId}.cp`
-const nanos = (ms: number) => ms * 1_000_000
 
 /** What a checkpoint record says of the session beside its state (what the document held). */
 export interface JournalSessionMeta {
@@ -117,24 +115,15 @@ export class JetStreamJournal {
   /** Opens (creating it when missing) the stream; an existing one is used as it is. */
   static async open(nc: NatsConnection, options: JetStreamJournalOptions): Promise<JetStreamJournal> {
     const jsm = await jetstreamManager(nc)
-    try {
-      await jsm.streams.info(JOURNAL_STREAM)
-    } catch (error) {
-      if (!(error instanceof JetStreamApiError && error.code === JetStreamApiCodes.StreamNotFound)) throw error
-      try {
-        await jsm.streams.add({
-          name: JOURNAL_STREAM,
-          subjects: ['sb.journal.*.log', 'sb.journal.*.cp'],
-          storage: StorageType.File,
-          discard: DiscardPolicy.Old,
-          max_age: nanos(options.retentionMs),
-          duplicate_window: nanos(2 * 60_000),
-          num_replicas: options.replicas,
-        })
-      } catch {
-        await jsm.streams.info(JOURNAL_STREAM) // created concurrently by another process: fine
-      }
-    }
+    await openStream(jsm, {
+      name: JOURNAL_STREAM,
+      subjects: ['sb.journal.*.log', 'sb.journal.*.cp'],
+      storage: StorageType.File,
+      discard: DiscardPolicy.Old,
+      max_age: nanos(options.retentionMs),
+      duplicate_window: nanos(2 * 60_000),
+      num_replicas: options.replicas,
+    })
     return new JetStreamJournal(jsm, jetstream(nc), options)
   }
 
@@ -311,8 +300,4 @@ export class JetStreamJournal {
     }
   }
 }
-
-const isWrongLastSequence = (error: unknown) =>
-  error instanceof JetStreamApiError &&
-  (error.code === JetStreamApiCodes.StreamWrongLastSequence || error.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
 
