@@ -26,6 +26,7 @@ import {
   type JetStreamManager,
 } from '@nats-io/jetstream'
 import { isWrongLastSequence, nanos, openStream } from './jetstream-streams.js'
+import { NatsRequests } from '../../platform/bus/nats-requests.js'
 import { Unavailable } from '../../platform/errors.js'
 import type { Logger } from '../../platform/logger.js'
 import type { Wire } from '../../platform/wire.js'
@@ -98,18 +99,23 @@ interface Tail {
 
 /** Batches remembered per session: a checkpoint is taken a few batches after the entries it covers at most. */
 const REMEMBERED_BATCHES = 32
+/** How long an append waits for the stream's acknowledgement (what js.publish waits by default). */
+const APPEND_TIMEOUT_MS = 5_000
 const newTail = (last: number, epoch: number): Tail => ({ last, epoch, chain: Promise.resolve(), uncertain: false, batches: [] })
 
 export class JetStreamJournal {
   private readonly tails = new Map<string, Tail>()
   private readonly attempts: number
+  private readonly requests: NatsRequests
 
   private constructor(
+    nc: NatsConnection,
     private readonly jsm: JetStreamManager,
     private readonly js: JetStreamClient,
     private readonly options: JetStreamJournalOptions,
   ) {
     this.attempts = options.attempts ?? 3
+    this.requests = NatsRequests.of(nc)
   }
 
   /** Opens (creating it when missing) the stream; an existing one is used as it is. */
@@ -124,7 +130,7 @@ export class JetStreamJournal {
       duplicate_window: nanos(2 * 60_000),
       num_replicas: options.replicas,
     })
-    return new JetStreamJournal(jsm, jetstream(nc), options)
+    return new JetStreamJournal(nc, jsm, jetstream(nc), options)
   }
 
   /** A new session's log starts here (nothing may be on its subject yet). */
@@ -174,7 +180,7 @@ export class JetStreamJournal {
     const msgID = `${sessionId}:${tail.epoch}:${tail.last}`
     for (let attempt = 1; ; attempt++) {
       try {
-        const ack = await this.js.publish(journalSubject(sessionId), data, { msgID, expect: { lastSubjectSequence: tail.last } })
+        const ack = await this.requests.publish(journalSubject(sessionId), data, { msgID, lastSubjectSequence: tail.last, timeoutMs: APPEND_TIMEOUT_MS })
         tail.last = ack.seq
         const lastEntry = record.kind === 'batch' ? record.entries.at(-1) : undefined
         if (lastEntry) {

@@ -28,6 +28,7 @@ import type { Logger } from '../../platform/logger.js'
 import { Wire, type WireError, type WireMessage, type WireVersion } from '../../platform/wire.js'
 import type { SessionHost } from '../host/host.js'
 import { eventsSubject, type JetStreamEventLog } from './jetstream-event-log.js'
+import { NatsRequests } from '../../platform/bus/nats-requests.js'
 import { isNoResponders, NodeDirectory, nodeSubject, Ownership } from './ownership.js'
 import type { SessionStore } from '../persistence/session-store.js'
 import type {
@@ -71,12 +72,16 @@ const engineUnavailable = () => new Unavailable('ENGINE_UNAVAILABLE', 'No engine
 
 /** Gateway side: routes and the hub reach sessions on engine nodes through this. */
 export class NatsSessionTransport implements SessionTransport {
+  private readonly requests: NatsRequests
+
   constructor(
     private readonly nc: NatsConnection,
     private readonly directory: NodeDirectory,
     private readonly log: JetStreamEventLog,
     private readonly options: { timeoutMs: number; logger: Logger; tombstones: Pick<SessionStore, 'closeReason'>; wire: Wire },
-  ) {}
+  ) {
+    this.requests = NatsRequests.of(nc)
+  }
 
   /** Read from the shared store: an ended session has no owner to ask. */
   closeReason(target: SessionTarget) {
@@ -85,7 +90,7 @@ export class NatsSessionTransport implements SessionTransport {
 
   private async request(subject: string, payload: object): Promise<Reply> {
     const { wire, timeoutMs } = this.options
-    const msg = await this.nc.request(subject, wire.encode(payload), { timeout: timeoutMs })
+    const msg = await this.requests.request(subject, wire.encode(payload), timeoutMs)
     const reply = wire.decode<Reply>('engine.reply', msg.data, { subject })
     if (!reply.ok) throw unreadableReply()
     return reply.message

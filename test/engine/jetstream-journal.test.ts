@@ -84,9 +84,10 @@ t.test('an append whose acknowledgement was lost: the retry goes on after it, ea
   await journal.append('s3', checkpoint(4, 0))
   // The record lands, but this node never hears so: the stream's answer is lost in flight.
   const jsm = await jetstreamManager(nc)
-  const original = (journal as any).js.publish.bind((journal as any).js)
+  const requests = (journal as any).requests
+  const original = requests.publish.bind(requests)
   let lose = true
-  ;(journal as any).js.publish = async (...args: unknown[]) => {
+  requests.publish = async (...args: unknown[]) => {
     const ack = await original(...args)
     if (lose) {
       lose = false

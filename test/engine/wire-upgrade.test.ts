@@ -18,6 +18,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
 import { OWNERS_BUCKET } from '../../engine/cluster/ownership.js'
 import type { NatsBus } from '../../platform/bus/index.js'
+import { NatsRequests } from '../../platform/bus/nats-requests.js'
 import { call, mongoUrlFor, startTestService, type TestService } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse, type SseClient, type SseEvent } from '../support/sse.js'
@@ -70,6 +71,14 @@ async function tap(url: string) {
     link.request = async (subject, payload, options) => {
       const answer = await request(subject, payload, options)
       exchanges.push({ who, phase: state.phase, subject, request: parse((payload ?? '') as Uint8Array | string), answer: parse(answer.data) })
+      return answer
+    }
+    // Commands go through the connection's shared inbox (platform/bus/nats-requests.ts).
+    const requests = NatsRequests.of(link)
+    const command = requests.request.bind(requests)
+    requests.request = async (subject, payload, timeoutMs, headers) => {
+      const answer = await command(subject, payload, timeoutMs, headers)
+      exchanges.push({ who, phase: state.phase, subject, request: parse(payload), answer: parse(answer.data) })
       return answer
     }
   }
