@@ -170,6 +170,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     logger: logger.child({ engine: 'mongo-mirror' }),
     metrics: platform.metrics,
     phaseTimeoutMs: config.engine.storeWriteTimeoutMs,
+    windowMs: config.engine.storeWriteWindowMs,
   })
   const repository = new JournaledSessionStore({ journal: () => ready(journal), mongo: new SessionStore(platform.store), mirror, logger })
   const host = node ? newHost(platform, crews, options, { leases, events, durableAcks: true, repository, recordReadMs: 500 }) : undefined

@@ -166,6 +166,8 @@ export interface Config {
     journalRetentionMs: number
     /** Engine nodes: how long a batch of MongoDB writes behind the journal may take before it is tried again (and the store shown as behind). */
     storeWriteTimeoutMs: number
+    /** Cluster: how long MongoDB writes behind the journal gather before a batch goes out. */
+    storeWriteWindowMs: number
   }
   /** The supervisors' lifecycle feed (engine/supervision/session-feed.ts). */
   supervision: {
@@ -388,6 +390,7 @@ export function loadConfig(env: Env = process.env): Config {
       writeWindowMs: int(env, 'ENGINE_WRITE_WINDOW_MS', 2, 0),
       journalRetentionMs: int(env, 'ENGINE_JOURNAL_RETENTION_MS', 24 * 3_600_000, 60_000),
       storeWriteTimeoutMs: int(env, 'ENGINE_STORE_WRITE_TIMEOUT_MS', 5_000, 100),
+      storeWriteWindowMs: int(env, 'ENGINE_STORE_WRITE_WINDOW_MS', 50, 1),
     },
     supervision: {
       feedLagMs: int(env, 'SUPERVISION_FEED_LAG_MS', 2000, 0),
