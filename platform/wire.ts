@@ -20,7 +20,7 @@ import type { Metrics } from './metrics.js'
 export { WIRE_VERSIONS, type WireMessage, type WireVersion } from '../schemas/wire.js'
 
 /** The version this build writes (unless pinned lower). */
-export const WIRE_VERSION: WireVersion = 2
+export const WIRE_VERSION: WireVersion = 3
 
 /** Why a message was refused: not JSON, a version this build does not read, or not its version's schema. */
 export type RefusalReason = 'json' | 'version' | 'schema'

@@ -1,7 +1,8 @@
 // JSON Schemas of every message that crosses NATS (docs/deploy.md, "Wire protocol"), one per
 // message and protocol version, compiled once. Version 1 is what builds before the protocol was
 // versioned wrote (no `v` field; errors carried an HTTP status); version 2 adds `v` to every
-// message and carries errors as a domain error's kind. Readers check what they decode against
+// message and carries errors as a domain error's kind; version 3 lets one message on a session's
+// event subject carry several of its events, in order (`kind: 'batch'`). Readers check what they decode against
 // the schema of the version the message says it is (platform/wire.ts).
 //
 // Envelopes are closed (an unknown field is a malformed message); what a client or a tool put
@@ -11,7 +12,7 @@ import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js'
 import type { JsonSchema } from './validator.js'
 import { ERROR_KINDS } from '../platform/errors.js'
 
-export const WIRE_VERSIONS = [1, 2] as const
+export const WIRE_VERSIONS = [1, 2, 3] as const
 export type WireVersion = (typeof WIRE_VERSIONS)[number]
 
 const text = { type: 'string', minLength: 1 } as const
@@ -62,6 +63,9 @@ const createRequest = closed(
 )
 
 
+const sessionEvent = closed({ kind: { const: 'event' }, name: text, data: anyObject, seq: count, epoch: count }, ['kind', 'name', 'data', 'seq', 'epoch'])
+const sessionClosed = closed({ kind: { const: 'closed' }, reason: { type: 'string' }, seq: count, epoch: count }, ['kind', 'reason', 'seq', 'epoch'])
+
 /** Each message's schema at version 1 (v absent); version 2 is the same with `v: 2` unless given. */
 const V1: Record<string, JsonSchema> = {
   /** gateway -> node: sb.engine.<node>.create, sb.engine.create */
@@ -83,11 +87,7 @@ const V1: Record<string, JsonSchema> = {
     type: 'object',
     required: ['kind'],
     discriminator: { propertyName: 'kind' },
-    oneOf: [
-      closed({ kind: { const: 'event' }, name: text, data: anyObject, seq: count, epoch: count }, ['kind', 'name', 'data', 'seq', 'epoch']),
-      closed({ kind: { const: 'closed' }, reason: { type: 'string' }, seq: count, epoch: count }, ['kind', 'reason', 'seq', 'epoch']),
-      closed({ kind: { const: 'owner' }, seq: count, epoch: count }, ['kind', 'seq', 'epoch']),
-    ],
+    oneOf: [sessionEvent, sessionClosed, closed({ kind: { const: 'owner' }, seq: count, epoch: count }, ['kind', 'seq', 'epoch'])],
   },
   /**
    * owner -> the SB_SESSION_JOURNAL stream: sb.journal.<id>.log, a session's durable history in a
@@ -134,27 +134,48 @@ const V1: Record<string, JsonSchema> = {
   'queue.dialer.import': closed({ batchId: text, operationId: text, tempCsvKey: text, columnMapping: anyObject }, ['batchId', 'operationId', 'tempCsvKey', 'columnMapping']),
 }
 
-/** Version 2 of a message that only gained `v`. */
-function versioned(schema: JsonSchema): JsonSchema {
-  if (schema.oneOf) return { ...schema, oneOf: (schema.oneOf as JsonSchema[]).map(versioned) }
-  if (schema.additionalProperties !== false) return { ...schema, required: [...((schema.required as string[]) ?? []), 'v'], properties: { ...(schema.properties as object), v: { const: 2 } } }
-  return { ...schema, properties: { v: { const: 2 }, ...(schema.properties as object) }, required: [...(schema.required as string[]), 'v'] }
+/** A later version of a message that only gained `v`. */
+function versioned(schema: JsonSchema, v: 2 | 3): JsonSchema {
+  if (schema.oneOf) return { ...schema, oneOf: (schema.oneOf as JsonSchema[]).map(branch => versioned(branch, v)) }
+  if (schema.additionalProperties !== false) return { ...schema, required: [...((schema.required as string[]) ?? []), 'v'], properties: { ...(schema.properties as object), v: { const: v } } }
+  return { ...schema, properties: { v: { const: v }, ...(schema.properties as object) }, required: [...(schema.required as string[]), 'v'] }
 }
 
+/** An engine node's answer from version 2 on: errors as a domain error's kind. */
+const engineReply = (v: 2 | 3): JsonSchema => ({
+  oneOf: [
+    closed({ v: { const: v }, ok: { const: true }, result: {} }, ['v', 'ok']),
+    closed(
+      {
+        v: { const: v },
+        ok: { const: false },
+        error: closed({ kind: { enum: ERROR_KINDS }, code: text, message: { type: 'string' }, extra: anyObject, retryAfterSeconds: count }, ['kind', 'code', 'message']),
+      },
+      ['v', 'ok', 'error'],
+    ),
+    closed({ v: { const: v }, ok: { const: false }, redirect: text }, ['v', 'ok', 'redirect']),
+  ],
+})
+
 const V2: Record<string, JsonSchema> = {
-  ...Object.fromEntries(Object.entries(V1).map(([name, schema]) => [name, versioned(schema)])),
-  'engine.reply': {
+  ...Object.fromEntries(Object.entries(V1).map(([name, schema]) => [name, versioned(schema, 2)])),
+  'engine.reply': engineReply(2),
+}
+
+const eventsV3 = versioned(V1['session.event']!, 3)
+const V3: Record<string, JsonSchema> = {
+  ...Object.fromEntries(Object.entries(V1).map(([name, schema]) => [name, versioned(schema, 3)])),
+  'engine.reply': engineReply(3),
+  // A session's events that one turn of its owner's loop published, in order (a turn's status
+  // and its reply): one message on NATS and in the stream instead of one each.
+  'session.event': {
+    ...eventsV3,
     oneOf: [
-      closed({ v: { const: 2 }, ok: { const: true }, result: {} }, ['v', 'ok']),
+      ...(eventsV3.oneOf as JsonSchema[]),
       closed(
-        {
-          v: { const: 2 },
-          ok: { const: false },
-          error: closed({ kind: { enum: ERROR_KINDS }, code: text, message: { type: 'string' }, extra: anyObject, retryAfterSeconds: count }, ['kind', 'code', 'message']),
-        },
-        ['v', 'ok', 'error'],
+        { v: { const: 3 }, kind: { const: 'batch' }, events: { type: 'array', minItems: 1, items: { type: 'object', required: ['kind'], discriminator: { propertyName: 'kind' }, oneOf: [sessionEvent, sessionClosed] } } },
+        ['v', 'kind', 'events'],
       ),
-      closed({ v: { const: 2 }, ok: { const: false }, redirect: text }, ['v', 'ok', 'redirect']),
     ],
   },
 }
@@ -162,7 +183,7 @@ const V2: Record<string, JsonSchema> = {
 export type WireMessage = keyof typeof V1
 
 /** Every wire schema, by version then message (docs, tests). */
-export const wireSchemas: Record<WireVersion, Record<string, JsonSchema>> = { 1: V1, 2: V2 }
+export const wireSchemas: Record<WireVersion, Record<string, JsonSchema>> = { 1: V1, 2: V2, 3: V3 }
 
 // Its own instance: first error only (a refusal logs one reason), no echo of the value. Each
 // schema is compiled once, when first used.

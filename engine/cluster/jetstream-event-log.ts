@@ -4,10 +4,15 @@
 // events for SSE_EVENT_RETENTION_MS, so any gateway can replay what a client missed, after the
 // engine node that published them is gone.
 //
-// Appends are plain publishes (one per event, no ack to wait for, no header: a core publish is
-// sent once, and readers apply an event only if its seq follows what they have, so a stored
-// duplicate would be skipped anyway), versioned like every message on NATS; what is read back is checked (platform/wire.ts), and the stream keeps
-// events of the previous version for as long as its retention. Reads use a
+// Appends are plain publishes (no ack to wait for, no header: a core publish is sent once, and
+// readers apply an event only if its seq follows what they have, so a stored duplicate would be
+// skipped anyway), versioned like every message on NATS. From wire version 3 the events a session
+// publishes in one turn of the loop (a turn's status, then its reply and the next status) go out
+// as one message, a batch: per event, a message's cost on the node, nats-server and every gateway
+// is paid once per batch. Pinned to an older version (a rolling upgrade), one message per event.
+// What is read back is checked (platform/wire.ts), and the stream keeps events of the previous
+// version for as long as its retention; its per-session limit counts messages, so it keeps at
+// least that many events. Reads use a
 // short-lived ephemeral consumer filtered on the session's subject (nats-server 2.9 has neither
 // multi-filter ordered consumers nor batched direct gets).
 import type { NatsConnection } from '@nats-io/transport-node'
@@ -28,6 +33,12 @@ import type { Wire } from '../../platform/wire.js'
 import { isNewer, type EventLog, type LogPosition, type StreamEvent } from '../streams/event-log.js'
 
 export const EVENTS_STREAM = 'SB_SESSION_EVENTS'
+
+/** What one message on a session's event subject carries: an event, or from version 3 several in order. */
+export type WireEvent = StreamEvent | { kind: 'batch'; events: StreamEvent[] }
+
+/** The events a message carries, in order. */
+export const eventsOf = (message: WireEvent): StreamEvent[] => (message.kind === 'batch' ? message.events : [message])
 export const eventsSubject = (sessionId: string) => `sb.session.${sessionId}.events`
 
 export interface JetStreamEventLogOptions {
@@ -39,8 +50,13 @@ export interface JetStreamEventLogOptions {
   wire: Wire
 }
 
+type WireStreamEvent = Omit<StreamEvent, 'body'>
+
 export class JetStreamEventLog implements EventLog {
   readonly durable = true
+  /** Version 3 on: each session's events of this turn of the loop, published together at its end. */
+  private readonly batches = new Map<string, WireStreamEvent[]>()
+  private flushing = false
   private constructor(
     private readonly nc: NatsConnection,
     private readonly jsm: JetStreamManager,
@@ -66,11 +82,29 @@ export class JetStreamEventLog implements EventLog {
   }
 
   append(sessionId: string, event: StreamEvent) {
+    const { body: _serialisedForStreams, ...wire } = event
+    if (this.wire.writes < 3) return this.publish(sessionId, wire)
+    const batch = this.batches.get(sessionId)
+    if (batch) batch.push(wire)
+    else this.batches.set(sessionId, [wire])
+    if (!this.flushing) {
+      this.flushing = true
+      setImmediate(() => this.flush())
+    }
+  }
+
+  /** Publishes what the sessions appended in this turn of the loop: one message per session. */
+  private flush() {
+    this.flushing = false
+    for (const [sessionId, events] of this.batches) this.publish(sessionId, events.length === 1 ? events[0]! : { kind: 'batch', events })
+    this.batches.clear()
+  }
+
+  private publish(sessionId: string, message: WireStreamEvent | { kind: 'batch'; events: WireStreamEvent[] }) {
     try {
-      const { body: _serialisedForStreams, ...wire } = event
-      this.nc.publish(eventsSubject(sessionId), this.wire.encode(wire))
+      this.nc.publish(eventsSubject(sessionId), this.wire.encode(message))
     } catch (error) {
-      this.logger.warn('session event not published', { sessionId, seq: event.seq, error })
+      this.logger.warn('session events not published', { sessionId, error })
     }
   }
 
@@ -84,9 +118,9 @@ export class JetStreamEventLog implements EventLog {
 
   /** The session's last stored event; one this build cannot read leaves its position unknown. */
   private lastOf(sessionId: string, data: Uint8Array): StreamEvent {
-    const event = this.wire.decode<StreamEvent>('session.event', data, { stream: EVENTS_STREAM, subject: eventsSubject(sessionId) })
-    if (!event.ok) throw new Unavailable('WIRE_REFUSED', `The last event of session ${sessionId} cannot be read by this process (see its log)`, {}, { retryAfterSeconds: 1 })
-    return event.message
+    const message = this.wire.decode<WireEvent>('session.event', data, { stream: EVENTS_STREAM, subject: eventsSubject(sessionId) })
+    if (!message.ok) throw new Unavailable('WIRE_REFUSED', `The last event of session ${sessionId} cannot be read by this process (see its log)`, {}, { retryAfterSeconds: 1 })
+    return eventsOf(message.message).at(-1)!
   }
 
   async read(sessionId: string, after: number): Promise<StreamEvent[]> {
@@ -105,15 +139,16 @@ export class JetStreamEventLog implements EventLog {
       let position = { seq: after, epoch: 0 }
       for await (const msg of messages) {
         // One this build cannot read is left out (logged and counted): a gap in seq, as if not kept.
-        const decoded = this.wire.decode<StreamEvent>('session.event', msg.data, { stream: EVENTS_STREAM, subject: msg.subject })
+        const decoded = this.wire.decode<WireEvent>('session.event', msg.data, { stream: EVENTS_STREAM, subject: msg.subject })
         if (decoded.ok) {
-          const event = decoded.message
-          // In log order; what an owner that lost the session flushed late is skipped.
-          if (isNewer(event, position)) {
-            position = event
-            out.push(event)
-          } else if (event.seq <= after && event.epoch > position.epoch) {
-            position = { seq: after, epoch: event.epoch }
+          for (const event of eventsOf(decoded.message)) {
+            // In log order; what an owner that lost the session flushed late is skipped.
+            if (isNewer(event, position)) {
+              position = event
+              out.push(event)
+            } else if (event.seq <= after && event.epoch > position.epoch) {
+              position = { seq: after, epoch: event.epoch }
+            }
           }
         }
         if (msg.info.pending === 0) break

@@ -25,9 +25,9 @@ import { randomUUID } from 'node:crypto'
 import { TimeoutError, type Msg, type NatsConnection, type Subscription as NatsSubscription } from '@nats-io/transport-node'
 import { DomainError, InvalidState, NotFound, TimedOut, Unavailable } from '../../platform/errors.js'
 import type { Logger } from '../../platform/logger.js'
-import { Wire, type WireError, type WireMessage, type WireVersion } from '../../platform/wire.js'
+import { Wire, WIRE_VERSIONS, type WireError, type WireMessage, type WireVersion } from '../../platform/wire.js'
 import type { SessionHost } from '../host/host.js'
-import { eventsSubject, type JetStreamEventLog } from './jetstream-event-log.js'
+import { eventsOf, eventsSubject, type JetStreamEventLog, type WireEvent } from './jetstream-event-log.js'
 import { NatsRequests } from '../../platform/bus/nats-requests.js'
 import { isNoResponders, NodeDirectory, nodeSubject, Ownership } from './ownership.js'
 import type { SessionStore } from '../persistence/session-store.js'
@@ -119,12 +119,14 @@ export class NatsSessionTransport implements SessionTransport {
       callback: (error, msg) => {
         if (error) return
         // A refused event is not applied (logged and counted); the next one shows the gap.
-        const event = this.options.wire.decode<TransportEvent>('session.event', msg.data, { subject: msg.subject })
-        if (!event.ok) return
-        try {
-          listener(event.message)
-        } catch (failure) {
-          this.options.logger.warn('bad session event', { sessionId, error: failure })
+        const message = this.options.wire.decode<WireEvent>('session.event', msg.data, { subject: msg.subject })
+        if (!message.ok) return
+        for (const event of eventsOf(message.message)) {
+          try {
+            listener(event)
+          } catch (failure) {
+            this.options.logger.warn('bad session event', { sessionId, error: failure })
+          }
         }
       },
     })
@@ -302,7 +304,7 @@ export class EngineNode {
    */
   private async answer<T>(msg: Msg, message: WireMessage, handle: (request: T) => Promise<unknown>) {
     const request = this.wire.decode<T>(message, msg.data, { subject: msg.subject })
-    const version: WireVersion = request.ok ? request.v : request.v === 1 || request.v === 2 ? request.v : this.wire.writes
+    const version: WireVersion = request.ok ? request.v : WIRE_VERSIONS.includes(request.v as WireVersion) ? (request.v as WireVersion) : this.wire.writes
     let reply: Reply
     try {
       if (!request.ok) throw unreadableRequest()

@@ -17,6 +17,7 @@ import t from 'tap'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { Kvm } from '@nats-io/kv'
 import { OWNERS_BUCKET } from '../../engine/cluster/ownership.js'
+import { WIRE_VERSION } from '../../platform/wire.js'
 import type { NatsBus } from '../../platform/bus/index.js'
 import { NatsRequests } from '../../platform/bus/nats-requests.js'
 import { call, mongoUrlFor, startTestService, type TestService } from '../support/harness.js'
@@ -134,7 +135,7 @@ t.test('rolling upgrade: engine nodes first, then gateways; no message lost or r
   }
   const owners = await new Kvm(wire.nc).open(OWNERS_BUCKET)
   const lease = await owners.get(sessions[0]!.sessionId)
-  t.equal(lease?.json<{ v?: number }>().v, 2, 'the new node holds the lease (its entry is version 2)')
+  t.equal(lease?.json<{ v?: number }>().v, WIRE_VERSION, 'the new node holds the lease (its entry is in its version)')
 
   // Errors reach the old gateway's clients as they did: the node answers it in version 1.
   const s0 = sessions[0]!
@@ -203,11 +204,11 @@ t.test('rolling upgrade: engine nodes first, then gateways; no message lost or r
   t.ok(errors.length >= 3 && errors.every(x => !('v' in x.answer) && typeof x.answer.error.status === 'number' && !('kind' in x.answer.error)), 'errors to the old gateway carry the status, as version 1 did')
   const events = (phase: string) => wire.events.filter(e => e.phase === phase).map(e => e.body)
   t.ok(events('old').length > 0 && events('old').every(e => !('v' in e)), 'the old node publishes version-1 events')
-  t.ok(events('mixed').length > 0 && events('mixed').every(e => e.v === 2), "the new node publishes version-2 events, which the old gateway's streams carried")
+  t.ok(events('mixed').length > 0 && events('mixed').every(e => e.v === WIRE_VERSION), "the new node publishes events of its version, which the old gateway's streams carried")
   const handed = wire.exchanges.filter(x => x.who === 'old engine' && /^sb\.engine\.[^.]+\.claim$/.test(x.subject))
   t.ok(handed.length >= SESSIONS && handed.every(x => !('v' in x.request) && !('v' in x.answer) && x.answer.ok === true), "the draining old node's claims are version 1, taken and answered in version 1 by the new node")
   const current = commands('new gateway', 'new')
-  t.ok(current.length >= SESSIONS && current.every(x => x.request.v === 2 && x.answer.v === 2), 'new gateway and new node: version 2 both ways')
+  t.ok(current.length >= SESSIONS && current.every(x => x.request.v === WIRE_VERSION && x.answer.v === WIRE_VERSION), 'new gateway and new node: the newest version both ways')
 })
 
 t.test('what a node cannot read is refused whole, answered at once, counted, and not applied', async t => {
@@ -226,16 +227,16 @@ t.test('what a node cannot read is refused whole, answered at once, counted, and
   const ask = async (payload: unknown) => JSON.parse(new TextDecoder().decode((await probe.request(`sb.session.${s.sessionId}.cmd`, JSON.stringify(payload), { timeout: 5000 })).data))
 
   // A gateway ahead of its engine node (the order the rule forbids): a version this node does not read.
-  const ahead = await ask({ v: 3, target, command: { type: 'user.message', consumerId: s.consumerId, text: 'from the future' }, id: 'a' })
-  t.match(ahead, { v: 2, ok: false, error: { kind: 'unavailable', code: 'WIRE_REFUSED', retryAfterSeconds: 1 } }, 'answered at once, in the newest version this node speaks')
+  const ahead = await ask({ v: WIRE_VERSION + 1, target, command: { type: 'user.message', consumerId: s.consumerId, text: 'from the future' }, id: 'a' })
+  t.match(ahead, { v: WIRE_VERSION, ok: false, error: { kind: 'unavailable', code: 'WIRE_REFUSED', retryAfterSeconds: 1 } }, 'answered at once, in the newest version this node speaks')
   // Its own version, but not what that version says a command is.
-  const odd = await ask({ v: 2, target, command: { type: 'user.message', consumerId: s.consumerId, text: 'odd', urgent: true }, id: 'b' })
-  t.match(odd, { v: 2, ok: false, error: { code: 'WIRE_REFUSED' } })
+  const odd = await ask({ v: WIRE_VERSION, target, command: { type: 'user.message', consumerId: s.consumerId, text: 'odd', urgent: true }, id: 'b' })
+  t.match(odd, { v: WIRE_VERSION, ok: false, error: { code: 'WIRE_REFUSED' } })
   const oldOdd = await ask({ target, command: { type: 'user.message', consumerId: s.consumerId } })
   t.match(oldOdd, { ok: false, error: { status: 503, code: 'WIRE_REFUSED' } }, 'a malformed version-1 request is answered in version 1')
   t.notOk('v' in oldOdd, 'without v')
   // An event no build wrote: the gateway's stream does not get it and goes on.
-  probe.publish(`sb.session.${s.sessionId}.events`, JSON.stringify({ v: 2, kind: 'event', name: 'assistant.message', seq: 99, epoch: 1 }))
+  probe.publish(`sb.session.${s.sessionId}.events`, JSON.stringify({ v: WIRE_VERSION, kind: 'event', name: 'assistant.message', seq: 99, epoch: 1 }))
   probe.publish(`sb.session.${s.sessionId}.events`, '{"kind":')
   await probe.flush()
   await sleep(200)

@@ -9,7 +9,7 @@ import { Wire, WIRE_VERSION, WIRE_VERSIONS, type WireError, type WireMessage } f
 import { wireProblem, wireSchemas } from '../../schemas/wire.js'
 import type { Logger } from '../../platform/logger.js'
 
-function setup(writes?: 1 | 2) {
+function setup(writes?: 1 | 2 | 3) {
   const lines: { message: string; fields: Record<string, unknown> }[] = []
   const logger = { warn: (message: string, fields: Record<string, unknown>) => lines.push({ message, fields }) } as unknown as Logger
   const metrics = createMetrics()
@@ -30,13 +30,16 @@ t.test('every message has a schema in every version, and each compiles', async t
 
 t.test('a message is written with its version and read back without it', async t => {
   const { wire } = setup()
-  t.equal(WIRE_VERSION, 2)
+  t.equal(WIRE_VERSION, 3)
   const text = wire.encode(request)
-  t.same(JSON.parse(text).v, 2)
-  t.same(wire.decode('session.request', Buffer.from(text)), { ok: true, v: 2, message: request })
+  t.same(JSON.parse(text).v, 3)
+  t.same(wire.decode('session.request', Buffer.from(text)), { ok: true, v: 3, message: request })
+  const previous = setup(2).wire.encode(request)
+  t.same(JSON.parse(previous).v, 2, 'pinned to the previous version, a process writes it')
+  t.same(wire.decode('session.request', previous), { ok: true, v: 2, message: request }, 'the previous version is read')
   const old = setup(1).wire.encode(request)
   t.notOk('v' in JSON.parse(old), 'version 1 has no v')
-  t.same(wire.decode('session.request', old), { ok: true, v: 1, message: request }, 'the previous version is read')
+  t.same(wire.decode('session.request', old), { ok: true, v: 1, message: request }, 'and the one before it')
   t.same(wire.decode('engine.ping', ''), { ok: true, v: 1, message: {} }, "version 1's empty ping")
 })
 
@@ -44,7 +47,7 @@ t.test('what a reader refuses: logged once, counted, nothing returned', async t 
   const { wire, lines, refused } = setup()
   const cases: [string, string, string][] = [
     ['not JSON', '{"target":', 'json'],
-    ['a version this build does not read', JSON.stringify({ ...request, v: 3 }), 'version'],
+    ['a version this build does not read', JSON.stringify({ ...request, v: 4 }), 'version'],
     ['a version that is not a number', JSON.stringify({ ...request, v: 'two' }), 'version'],
     ['a command the engine does not know', JSON.stringify({ ...request, v: 2, command: { type: 'admin.reboot', userId: 'x' } }), 'schema'],
     ['a field a command does not have', JSON.stringify({ ...request, v: 2, command: { ...request.command, sudo: true } }), 'schema'],
@@ -65,10 +68,16 @@ t.test('what a reader refuses: logged once, counted, nothing returned', async t 
   ])
 })
 
-t.test('events, KV entries and work messages of both versions', async t => {
+t.test('events, KV entries and work messages of every version', async t => {
   const { wire } = setup()
   const event = { kind: 'event', name: 'assistant.message', data: { sessionId: 's1', text: 'hello' }, seq: 4, epoch: 7 }
-  t.same(wire.decode('session.event', wire.encode(event)), { ok: true, v: 2, message: event })
+  t.same(wire.decode('session.event', wire.encode(event)), { ok: true, v: 3, message: event })
+  t.same(wire.decode('session.event', wire.encode(event, 2)), { ok: true, v: 2, message: event })
+  const batch = { kind: 'batch', events: [event, { ...event, seq: 5 }, { kind: 'closed', reason: 'ended', seq: 6, epoch: 7 }] }
+  t.same(wire.decode('session.event', wire.encode(batch)), { ok: true, v: 3, message: batch }, 'version 3: several events of a session in one message')
+  t.match(wire.decode('session.event', wire.encode(batch, 2)), { ok: false, reason: 'schema' }, 'version 2 has no batches')
+  t.match(wire.decode('session.event', wire.encode({ kind: 'batch', events: [] })), { ok: false, reason: 'schema' }, 'an empty batch is refused')
+  t.match(wire.decode('session.event', wire.encode({ kind: 'batch', events: [{ kind: 'owner', seq: 1, epoch: 2 }] })), { ok: false, reason: 'schema' }, 'an owner mark is never batched')
   t.same(wire.decode('session.event', JSON.stringify(event)), { ok: true, v: 1, message: event }, 'an event stored before the upgrade')
   t.match(wire.decode('session.event', JSON.stringify({ kind: 'owner', seq: 1, epoch: 2, v: 2, name: 'x' })), { ok: false, reason: 'schema' })
   t.match(wire.decode('engine.node', { node: 'n1', live: 3, at: 1 }), { ok: true, v: 1 })
@@ -89,7 +98,7 @@ t.test('errors cross as the same domain error, in the version of the request', a
     new Error('a bug'),
   ]
   for (const error of errors) {
-    for (const version of [1, 2] as const) {
+    for (const version of WIRE_VERSIONS) {
       const carried = wire.errorToWire(error, version)
       const reply = { ok: false, error: carried }
       const decoded = wire.decode<{ error: WireError }>('engine.reply', wire.encode(reply, version))
@@ -97,7 +106,7 @@ t.test('errors cross as the same domain error, in the version of the request', a
       const rebuilt = wire.errorFromWire((decoded as { message: { error: WireError } }).message.error)
       const [before, after] = [httpError(error) ?? { status: 500, body: () => ({ code: 'INTERNAL', message: 'Unexpected engine error' }), headers: {} }, httpError(rebuilt)!]
       t.same([after.status, after.body()], [before.status, before.body()], `${error.message}: the same status and body through v${version}`)
-      // Version 1 never carried Retry-After; version 2 does.
+      // Version 1 never carried Retry-After; later versions do.
       t.same(after.headers, version === 1 ? {} : before.headers, `${error.message}: headers through v${version}`)
     }
   }
