@@ -203,7 +203,9 @@ interface Measured {
 }
 
 interface Deployment {
-  kind: 'single' | 'oneNode' | 'twoNodes'
+  kind: (typeof CONFIGS)[number]
+  /** The HTTP entry's port. */
+  port: number
   entry: Proc
   engines: { proc: Proc; node: string | undefined }[]
   nats?: NatsTestServer
@@ -257,7 +259,7 @@ async function startSingle(): Promise<Deployment> {
   const env = { ...baseEnv(scope), ROLE: 'all', DATA_DIR: tempDir(scope, 'sb-bench-cluster-data-') }
   const proc = await startProcess(scope, 'single', env)
   await waitHealthy(proc)
-  return { kind: 'single', entry: proc, engines: [{ proc, node: undefined }], mongoPid: null, processes: [{ name: 'service', role: 'service', pid: proc.child.pid! }], scope }
+  return { kind: 'single', port: proc.port, entry: proc, engines: [{ proc, node: undefined }], mongoPid: null, processes: [{ name: 'service', role: 'service', pid: proc.child.pid! }], scope }
 }
 
 const seenMongoPids = new Set<number>()
@@ -288,6 +290,7 @@ async function startCluster(engineCount: number): Promise<Deployment> {
   ]
   return {
     kind: engineCount === 1 ? 'oneNode' : 'twoNodes',
+    port: gateway.port,
     entry: gateway,
     engines: engineProcs.map((proc, i) => ({ proc, node: health[i]!.engineNode as string | undefined })),
     nats,
@@ -295,6 +298,29 @@ async function startCluster(engineCount: number): Promise<Deployment> {
     processes,
     scope,
   }
+}
+
+/** The floor (floor.ts): its gateway and engine as processes of their own, with their own nats-server. */
+async function startFloor(): Promise<Deployment> {
+  const scope = newScope()
+  const nats = await startNatsServer(scope)
+  const natsPid = childPid(cmd => cmd.includes('nats-server') && cmd.includes(nats.storeDir), new Set())
+  const env = { ...process.env, NATS_URL: nats.url, FLOOR_API_KEY: KEYS.acme, TS_NODE_TRANSPILE_ONLY: '1' }
+  const start = (role: 'gateway' | 'engine') =>
+    new Promise<{ child: ChildProcess; port?: number }>((resolve, reject) => {
+      const child = fork(fileURLToPath(new URL('./floor.ts', import.meta.url)), [role], { execArgv: ['--import', '@tapjs/typescript/import'], env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+      scope.teardown(() => new Promise<void>(done => (child.exitCode !== null ? done() : (child.once('exit', () => done()), child.kill('SIGKILL')))))
+      child.once('message', (m: any) => resolve({ child, port: m.port }))
+      child.once('exit', code => reject(new Error(`floor ${role} exited (${code})`)))
+    })
+  const engine = await start('engine')
+  const gateway = await start('gateway')
+  const processes: Measured[] = [
+    { name: 'gateway', role: 'gateway', pid: gateway.child.pid! },
+    { name: 'engine-1', role: 'engine', pid: engine.child.pid! },
+    ...(natsPid ? [{ name: 'nats-server', role: 'nats', pid: natsPid } as Measured] : []),
+  ]
+  return { kind: 'floor', port: gateway.port!, entry: null as unknown as Proc, engines: [], nats, mongoPid: null, processes, scope }
 }
 
 async function stopDeployment(dep: Deployment, load: LoadClient) {
@@ -336,7 +362,7 @@ interface ConfigRun {
 }
 
 async function measure(dep: Deployment, load: LoadClient, round: number): Promise<ConfigRun> {
-  const open = await load.ask('open', { target: { host: '127.0.0.1', port: dep.entry.port }, key: KEYS.acme, count: SESSIONS })
+  const open = await load.ask('open', { target: { host: '127.0.0.1', port: dep.port }, key: KEYS.acme, count: SESSIONS })
   log(`  ${SESSIONS} sessions open in ${open.seconds.toFixed(1)} s (${open.perSecond.toFixed(0)}/s, ${open.refused} refused)`)
   const measured = [...dep.processes, { name: 'load generator', role: 'load', pid: load.pid } as Measured]
   const samples: { at: number; cpu: (number | null)[] }[] = []
@@ -476,7 +502,7 @@ async function outage(load: LoadClient) {
   const dep = await startCluster(1)
   try {
     if (!dep.mongoPid) return { skipped: 'MONGO_URL set: no stand-in to pause' }
-    const trickle = await load.ask('trickle', { target: { host: '127.0.0.1', port: dep.entry.port }, key: KEYS.acme, count: OUTAGE_SESSIONS, everyMs: OUTAGE_EVERY_MS })
+    const trickle = await load.ask('trickle', { target: { host: '127.0.0.1', port: dep.port }, key: KEYS.acme, count: OUTAGE_SESSIONS, everyMs: OUTAGE_EVERY_MS })
     // Answered normally first; stopped 1 s after a round of sends, so every send of the outage
     // leaves at least 1 s before the resume to be acknowledged in.
     await sleep(3 * OUTAGE_EVERY_MS + 1000)
@@ -547,7 +573,9 @@ function summariseOutage(messages: any[], replies: Record<string, number[]>, his
 
 // ------------------------------------------------------------------ summary
 
-const CONFIGS = ['single', 'oneNode', 'twoNodes'] as const
+const ALL_CONFIGS = ['single', 'floor', 'oneNode', 'twoNodes'] as const
+/** BENCH_CONFIGS: which to run, in this order (all by default). */
+const CONFIGS = ALL_CONFIGS.filter(c => (process.env.BENCH_CONFIGS ?? ALL_CONFIGS.join(',')).split(',').includes(c))
 
 function summarise(runs: ConfigRun[]) {
   const byConfig = Object.fromEntries(
@@ -590,13 +618,19 @@ function summarise(runs: ConfigRun[]) {
   }
   return {
     byConfig,
-    cpuRatio: { oneNodeToSingle: ratio('oneNode', 'single'), twoNodesToSingle: ratio('twoNodes', 'single'), twoNodesToOneNode: ratio('twoNodes', 'oneNode') },
+    cpuRatio: {
+      oneNodeToSingle: ratio('oneNode', 'single'),
+      twoNodesToSingle: ratio('twoNodes', 'single'),
+      twoNodesToOneNode: ratio('twoNodes', 'oneNode'),
+      floorToSingle: ratio('floor', 'single'),
+      oneNodeToFloor: ratio('oneNode', 'floor'),
+    },
   }
 }
 
 function markdown(summary: ReturnType<typeof summarise>, fo: any, out: any, machine: string, rounds: number) {
   const f = (n: number | null | undefined, d = 2) => (n === null || n === undefined ? '-' : n.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }))
-  const label = { single: 'single process (embedded)', oneNode: '1 gateway + 1 engine node', twoNodes: '1 gateway + 2 engine nodes' }
+  const label = { single: 'single process (embedded)', floor: 'floor: 1 gateway + 1 engine node (floor.ts)', oneNode: '1 gateway + 1 engine node', twoNodes: '1 gateway + 2 engine nodes' }
   const rows = CONFIGS.map(c => {
     const s = (summary.byConfig as any)[c]
     const parts = Object.entries(s.cpuMsPerMessage.byProcess)
@@ -616,7 +650,8 @@ function markdown(summary: ReturnType<typeof summarise>, fo: any, out: any, mach
     '|---|---:|---:|---|---:|---|---:|',
     ...rows,
     '',
-    `CPU per message, cluster ÷ single process: 1 node ×${f(r.oneNodeToSingle.median)} (rounds ${ratioRounds(r.oneNodeToSingle)}), 2 nodes ×${f(r.twoNodesToSingle.median)} (${ratioRounds(r.twoNodesToSingle)}); 2 nodes ÷ 1 node ×${f(r.twoNodesToOneNode.median)} (${ratioRounds(r.twoNodesToOneNode)}).`,
+    `CPU per message, cluster ÷ single process: 1 node ×${f(r.oneNodeToSingle.median)} (rounds ${ratioRounds(r.oneNodeToSingle)}), 2 nodes ×${f(r.twoNodesToSingle.median)} (${ratioRounds(r.twoNodesToSingle)}); 2 nodes ÷ 1 node ×${f(r.twoNodesToOneNode.median)} (${ratioRounds(r.twoNodesToOneNode)}); ` +
+      `floor ÷ single process ×${f(r.floorToSingle.median)} (${ratioRounds(r.floorToSingle)}); 1 node ÷ floor ×${f(r.oneNodeToFloor.median)} (${ratioRounds(r.oneNodeToFloor)}).`,
     '',
   ]
   if (fo?.error || out?.error) lines.push(`Not measured: ${[fo?.error && `failover (${fo.error})`, out?.error && `outage (${out.error})`].filter(Boolean).join('; ')}.`, '')
@@ -660,7 +695,7 @@ async function main() {
     const roundStart = Date.now()
     for (const config of CONFIGS) {
       log(`round ${round}/${ROUNDS}: ${config}`)
-      const dep = config === 'single' ? await startSingle() : await startCluster(config === 'oneNode' ? 1 : 2)
+      const dep = config === 'single' ? await startSingle() : config === 'floor' ? await startFloor() : await startCluster(config === 'oneNode' ? 1 : 2)
       try {
         const run = await measure(dep, load, round)
         runs.push(run)
@@ -686,7 +721,7 @@ async function main() {
     machine: { ...info, loadAverage1m: Number(loadavg()[0]!.toFixed(1)) },
     durationSeconds: Math.round((Date.now() - started) / 1000),
     store: process.env.MONGO_URL ? 'mongod (MONGO_URL)' : 'MongoDB wire test server (mockupdb + mongomock, Python)',
-    settings: { sessions: SESSIONS, rate: RATE, seconds: SECONDS, warmupSeconds: WARMUP_SECONDS, rounds: ROUNDS, roundsRun, outageSeconds: OUTAGE_SECONDS, clockTicksPerSecond: CLK_TCK, serviceEnv: SERVICE_ENV, reply: 'scripted, quotes the message, no delay' },
+    settings: { configs: CONFIGS, sessions: SESSIONS, rate: RATE, seconds: SECONDS, warmupSeconds: WARMUP_SECONDS, rounds: ROUNDS, roundsRun, outageSeconds: OUTAGE_SECONDS, clockTicksPerSecond: CLK_TCK, serviceEnv: SERVICE_ENV, reply: 'scripted, quotes the message, no delay' },
     summary,
     failover: fo,
     outage: out,
