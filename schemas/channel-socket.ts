@@ -20,7 +20,7 @@ const frame = <const T extends string, const P extends Record<string, unknown>, 
     properties: { type: { const: type }, id: frameId, ...properties },
   }) as const
 
-export const FRAME_TYPES = ['open', 'attach', 'message', 'end'] as const
+export const FRAME_TYPES = ['open', 'attach', 'message', 'interrupt', 'end'] as const
 export type FrameType = (typeof FRAME_TYPES)[number]
 
 export const channelSocketSchemas = {
@@ -30,6 +30,8 @@ export const channelSocketSchemas = {
   'socket.attach': frame('attach', { sessionId: uuid, consumerId: uuid, lastEventId: { type: 'integer', minimum: 0, maximum: 999_999_999_999_999 } }, ['sessionId'] as const),
   /** A user message (`PUT eventstream/{sessionId}/{consumerId}`). */
   'socket.message': frame('message', { message: { ...nonEmptyString, maxLength: MESSAGE_MAX_LENGTH } }, ['message'] as const),
+  /** Barge-in: the reply being written stops here; `heard`, what the user heard of it (a voice bridge knows). */
+  'socket.interrupt': frame('interrupt', { heard: { type: 'string', maxLength: MESSAGE_MAX_LENGTH } }, [] as const),
   /** Ends the session (`DELETE eventstream/{sessionId}`). */
   'socket.end': frame('end', { reason: channelSchemas['channel.destroy'].properties.reason }, [] as const),
   /** A ticket for one crew (to open a session on) or one session (to attach to). */

@@ -131,6 +131,7 @@ export class ChannelSocket implements SocketHandler {
     try {
       let result: unknown
       if (frame.type === 'message') result = await sendUserMessage(hub, transport, target, this.consumerId, frame.message)
+      else if (frame.type === 'interrupt') result = await transport.command(target, { type: 'user.interrupt', consumerId: this.consumerId, ...(frame.heard !== undefined ? { heard: frame.heard } : {}) })
       else result = await endSession(transport, target, frame.reason ?? 'finished')
       this.stream.reply({ type: 'ack', ...(frame.id !== undefined ? { id: frame.id } : {}), of: frame.type, result })
     } catch (error) {

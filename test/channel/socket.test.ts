@@ -5,6 +5,7 @@ import t from 'tap'
 import { call, eventually, KEYS, startTestService } from '../support/harness.js'
 import { ADMIN, CHANNEL, createSession, openSse } from '../support/sse.js'
 import { createSocketSession, openSocket, SOCKET } from '../support/ws.js'
+import { crewsFile } from '../engine/fixtures/crews.js'
 
 const USER = { UserId: 'supervisor-1' }
 const withoutBeats = <T extends { event: string }>(events: T[]) => events.filter(e => e.event !== 'hearthbeat')
@@ -160,7 +161,7 @@ t.test('bad input closes the socket with a code that says why, never a crash or 
   const notJson = await closeOf(s => s.send('{nope'))
   t.match(notJson, { code: 4400, reason: /^INVALID_JSON/, error: { status: 400, error: { code: 'INVALID_JSON' } } })
   const unknown = await closeOf(s => s.send({ type: 'shout', id: 7 }))
-  t.match(unknown, { code: 4400, error: { error: { code: 'UNKNOWN_FRAME_TYPE', types: ['open', 'attach', 'message', 'end'] } } })
+  t.match(unknown, { code: 4400, error: { error: { code: 'UNKNOWN_FRAME_TYPE', types: ['open', 'attach', 'message', 'interrupt', 'end'] } } })
   t.match(await closeOf(s => s.send('[1,2]')), { code: 4400, error: { error: { code: 'UNKNOWN_FRAME_TYPE' } } })
   const invalid = await closeOf(s => s.send({ type: 'open', id: 'a', crewId: '', extra: 1 }))
   t.match(invalid, { code: 4400, error: { id: 'a', of: 'open', error: { code: 'VALIDATION_FAILED' } } })
@@ -261,4 +262,40 @@ t.test('shutdown: reconnect_required, then 1012 with the id to resume from', asy
   t.match(notice, { id: '2', data: { sessionId, consumerId, reason: 'shutdown' } })
   t.same(await socket.closed(), { code: 1012, reason: 'service stopping: resume with lastEventId=2 (any gateway)' })
   t.equal((await idle.closed()).code, 1012, 'a socket not yet on a session is closed too')
+})
+
+t.test('barge-in: an interrupt stops the reply where it is, records the cut, and the next message starts a new turn', async t => {
+  const reply = 'one two three four five six seven eight nine ten eleven twelve'
+  const crews = crewsFile({ patchDemo: { assistant: { provider: 'scripted', chunkDelayMs: 60, fallback: reply } } })
+  const { base } = await startTestService(t, { env: { CREWS_FILE: crews } })
+  const { socket, sessionId } = await createSocketSession(base)
+  await socket.next('crew.status.waiting')
+  t.same((await socket.ask({ type: 'interrupt' })).result, { interrupted: false }, 'nothing to interrupt: answered, not refused')
+
+  t.equal((await socket.ask({ type: 'message', message: 'talk to me' })).type, 'ack')
+  await socket.next('assistant.response')
+  await socket.next('assistant.response')
+  const ack = await socket.ask({ type: 'interrupt', heard: 'one' })
+  t.match(ack.result, { interrupted: true, turnId: 1, messageId: 't1.0' })
+  const cut = await socket.next('assistant.interrupted')
+  const chunks = socket.events.filter(e => e.event === 'assistant.response' && Number(e.id) < Number(cut.id))
+  t.same(cut.data, { sessionId, messageId: 't1.0', turnId: 1, agentId: 'general', chunks: chunks.length, text: chunks.map(c => (c.data as any).delta).join('') }, 'the cut: what was published of the reply')
+  t.ok(chunks.length >= 2 && chunks.length < 12, `cut after ${chunks.length} of 12 words`)
+  t.equal((await socket.next()).event, 'crew.status.waiting', 'the assistant waits for the user')
+  await new Promise(r => setTimeout(r, 400)) // several more words' time
+  const after = socket.events.filter(e => Number(e.id) > Number(cut.id))
+  t.notOk(after.some(e => e.event === 'assistant.response' || e.event === 'assistant.message'), 'no further chunk, and no message, of the interrupted reply')
+
+  t.equal((await socket.ask({ type: 'message', message: 'go on' })).type, 'ack')
+  const next = await socket.next('assistant.message')
+  t.match(next.data, { turnId: 2, messageId: 't2.0', text: reply }, 'the next message is a new turn, answered whole')
+  const history = (await call(base, 'GET', `${ADMIN}/${sessionId}/history`, { headers: USER })).json.data as any[]
+  t.match(history.find(e => e.type === 'turn.interrupted'), { turnId: 1, messageId: 't1.0', delivered: (cut.data as any).text, heard: 'one', chunks: chunks.length })
+  const memory = (await call(base, 'GET', `${ADMIN}/${sessionId}/snapshot`, { headers: USER })).json.data.snapshot.memory.messages as any[]
+  t.same(
+    memory.filter(m => m.author !== 'system').map(m => [m.author, m.text]),
+    [['user', 'talk to me'], ['assistant', 'one'], ['user', 'go on'], ['assistant', reply]],
+    'the assistant is given what the user heard of the cut reply',
+  )
+  socket.close()
 })
