@@ -299,3 +299,28 @@ t.test('barge-in: an interrupt stops the reply where it is, records the cut, and
   )
   socket.close()
 })
+
+t.test('administration acts on a socket session as on any: whisper, impersonate, transfer, pause and resume', async t => {
+  const { base } = await startTestService(t)
+  const { socket, sessionId } = await createSocketSession(base)
+  await socket.next('crew.status.waiting')
+  const admin = (op: string, body?: unknown) => call(base, 'PUT', `${ADMIN}/${sessionId}/${op}`, { body, headers: USER })
+
+  t.equal((await admin('whisper', { text: 'The caller is a gold customer' })).status, 200)
+  t.equal((await admin('impersonate', { text: 'A human here, one moment' })).status, 200)
+  t.match((await socket.next('assistant.message')).data, { text: 'A human here, one moment' }, 'an impersonation reaches the socket as a message')
+  t.equal((await admin('transfer', { target: 'billing' })).status, 200)
+  t.same((await socket.next('session.transferred')).data, { sessionId, from: 'general', agentId: 'billing' })
+  t.equal((await admin('pause')).status, 200)
+  await socket.next('session.paused')
+  t.equal((await socket.ask({ type: 'message', message: 'anyone?' })).type, 'ack', 'a message while paused is accepted')
+  await new Promise(r => setTimeout(r, 200))
+  t.notOk(socket.names().includes('crew.status.writing'), 'and not answered while paused')
+  t.equal((await admin('resume')).status, 200)
+  await socket.next('session.resumed')
+  t.match((await socket.next('assistant.message')).data, { agentId: 'billing', text: 'You said: anyone?' }, 'answered on resume, by the new agent')
+  t.notOk(socket.events.some(e => JSON.stringify(e.data).includes('gold customer')), 'a whisper never reaches a stream')
+  const history = (await call(base, 'GET', `${ADMIN}/${sessionId}/history`, { headers: USER })).json.data as any[]
+  t.match(history.find(e => e.type === 'message.whisper'), { userId: 'supervisor-1', text: 'The caller is a gold customer' })
+  socket.close()
+})
