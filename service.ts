@@ -149,6 +149,12 @@ export async function startService(config: Config, overrides: ServiceOverrides =
     trustedProxies: new Set(config.edge.trustedProxies),
     maxUrlBytes: config.edge.maxUrlBytes,
     maxHeaderBytes: config.edge.maxHeaderBytes,
+    sockets: {
+      ...config.channel.socket,
+      // uWS pings a socket idle for half its timeout: the SSE heartbeat's period, in its 4 s steps.
+      idleTimeoutSeconds: Math.max(8, 4 * Math.ceil((2 * config.channel.heartbeatMs) / 4000)),
+      bufferBytes: config.channel.consumerBufferBytes,
+    },
     consoleDir: fileURLToPath(new URL(import.meta.url.includes('/dist/') ? '../console/dist' : './console/dist', import.meta.url)),
     publicDocuments: {
       '/healthz': health,
@@ -179,6 +185,8 @@ export async function startService(config: Config, overrides: ServiceOverrides =
       gateway.close()
       metricsListener?.close()
       for (const module of [...modules].reverse()) await module.stop()
+      // Sockets the channel did not end itself (a handshake's, or one never opened on a session).
+      gateway.closeSockets()
       overload.stop()
       await bus.close()
       if (idempotencyStore !== store) await idempotencyStore.close()

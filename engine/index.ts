@@ -19,6 +19,8 @@ import { SessionDirectory } from './supervision/session-directory.js'
 import { FEED_DEFAULTS, feedRoute } from './supervision/session-feed.js'
 import { Presence, watchRoute } from './supervision/session-watch.js'
 import { channelRoutes, listenPath } from './routes/channel.js'
+import { channelSocketRoutes } from './routes/channel-socket.js'
+import { SocketTickets } from '../gateway/socket-tickets.js'
 import { InProcessTransport, type SessionTransport } from './transport.js'
 import { EngineNode, NatsSessionTransport } from './cluster/nats-transport.js'
 import { NodeDirectory, Ownership } from './cluster/ownership.js'
@@ -67,6 +69,7 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
   const reaper = newReaper(platform, host)
   const transport: SessionTransport = new InProcessTransport(host)
   const hub = newHub(platform, transport)
+  const tickets = newTickets(platform)
   const directory = new SessionDirectory(platform.store, platform.clock, crews)
   const presence = new Presence()
   return {
@@ -75,9 +78,10 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
     hub,
     transport,
     node: undefined,
-    routes: [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(directory, presence), ...supervisionStreams(platform, directory, transport, presence)],
+    routes: [...channelRoutes(hub, transport), ...socketRoutes(platform, hub, transport, tickets), ...adminRoutes(transport), ...supervisionRoutes(directory, presence), ...supervisionStreams(platform, directory, transport, presence)],
     async start() {
       await directory.ensureIndexes()
+      await tickets.init()
       await host.init()
       reaper.start()
     },
@@ -88,6 +92,17 @@ export function createEngine(platform: Platform, options: EngineOptions = {}): E
       await host.stop()
     },
   }
+}
+
+/** Tickets for the channel socket, signed with the secret every process shares. */
+function newTickets(platform: Platform) {
+  const { config } = platform
+  return new SocketTickets(platform.store, config.dialer.uploadSigningSecret, platform.clock, config.channel.socket.ticketTtlMs)
+}
+
+/** The channel over a WebSocket, and its tickets. */
+function socketRoutes(platform: Platform, hub: ChannelHub, transport: SessionTransport, tickets: SocketTickets) {
+  return channelSocketRoutes({ hub, transport, logger: platform.logger.child({ channel: 'socket' }), maxJsonDepth: platform.config.edge.maxJsonDepth }, tickets)
 }
 
 /** The supervisors' lifecycle feed and watch streams. */
@@ -185,6 +200,7 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     closeReason: target => ready(remote).closeReason(target),
   }
   const hub = newHub(platform, transport)
+  const tickets = newTickets(platform)
   const sessions = new SessionDirectory(platform.store, platform.clock, crews)
   const presence = new Presence()
   return {
@@ -194,9 +210,10 @@ function createClusteredEngine(platform: Platform, crews: CrewCatalog, cluster: 
     transport,
     node,
     storeBehind: node ? () => repository.status() : undefined,
-    routes: serving ? [...channelRoutes(hub, transport), ...adminRoutes(transport), ...supervisionRoutes(sessions, presence), ...supervisionStreams(platform, sessions, transport, presence)] : [],
+    routes: serving ? [...channelRoutes(hub, transport), ...socketRoutes(platform, hub, transport, tickets), ...adminRoutes(transport), ...supervisionRoutes(sessions, presence), ...supervisionStreams(platform, sessions, transport, presence)] : [],
     async start() {
       if (serving) await sessions.ensureIndexes()
+      if (serving) await tickets.init()
       directory = await NodeDirectory.open(cluster.nc, timing, wire, cluster.replicas)
       log = await JetStreamEventLog.open(cluster.nc, {
         perSession: config.channel.replayBufferEvents,

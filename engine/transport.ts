@@ -34,6 +34,8 @@ export type TransportListener = (event: TransportEvent) => void
 
 export type SessionCommand =
   | { type: 'user.message'; consumerId: string; text: string }
+  /** Barge-in: the reply being written stops; `heard`, what the user heard of it (a voice bridge knows). */
+  | { type: 'user.interrupt'; consumerId: string; heard?: string }
   | { type: 'consumer.attach'; consumerId: string }
   | { type: 'admin.append'; userId: string; messages: ContextMessageInput[] }
   | { type: 'admin.override'; userId: string; messages: ContextMessageInput[]; arguments?: Record<string, unknown> }

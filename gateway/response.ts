@@ -60,6 +60,14 @@ export class Reply {
     this.send(status, text, { 'Content-Type': 'application/json', ...headers }, closeConnection)
   }
 
+  /** Answers the handshake with 101 and hands the connection to uWS's WebSocket; false when the client went away. */
+  upgrade<T>(userData: T, key: string, protocol: string, extensions: string, context: unknown): boolean {
+    if (this.aborted || this.finished) return false
+    this.finished = true
+    this.res.cork(() => this.res.upgrade(userData, key, protocol, extensions, context as never))
+    return true
+  }
+
   /** Drops the connection (a stream that broke after its head was sent cannot answer JSON). */
   close() {
     if (this.aborted) return

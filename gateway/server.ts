@@ -15,8 +15,10 @@ import { BodyStream, DEFAULT_HEAD_LIMITS, paramNames, parseJsonBody, readBody, r
 import { Reply } from './response.js'
 import { mountConsole } from './static.js'
 import { validatedInput } from './validation.js'
-import { ApiError, httpError, type JsonResult, type RequestContext, type Route, type StreamSink } from '../platform/http.js'
+import { ApiError, httpError, type JsonResult, type RequestContext, type Route, type SocketLink, type SocketRoute, type StreamSink } from '../platform/http.js'
+import { offeredProtocols, originAllowed, SOCKET_CLOSE, socketBehavior, type SocketData, type SocketLimits } from './websocket.js'
 import type { Principal } from '../platform/principal.js'
+import type { SocketContext } from '../platform/http.js'
 import type { Logger } from '../platform/logger.js'
 import type { Metrics } from '../platform/metrics.js'
 import { settledWithin } from '../platform/timing.js'
@@ -43,7 +45,11 @@ export interface GatewayOptions {
   publicDocuments: Record<string, () => Promise<{ status: number; body: unknown }>>
   /** Built operator console to serve at /console/ (gateway/static.ts). */
   consoleDir?: string
+  /** WebSocket routes: their limits, and the browser origins that may open one (`*`: any). */
+  sockets?: SocketLimits & { allowedOrigins: readonly string[] }
 }
+
+const DEFAULT_SOCKETS: NonNullable<GatewayOptions['sockets']> = { maxFrameBytes: 64 * 1024, idleTimeoutSeconds: 60, bufferBytes: 1024 * 1024, allowedOrigins: [] }
 
 const ANONYMOUS: Principal = { keyId: 'anonymous', keyName: 'anonymous', accountId: '', roles: new Set() }
 const UNMATCHED = '(unmatched)'
@@ -73,6 +79,7 @@ export class Gateway {
   private readonly app: TemplatedApp
   private listenSocket: us_listen_socket | null = null
   private readonly openStreams = new Set<StreamSink>()
+  private readonly openSockets = new Set<SocketLink>()
   private readonly headLimits: HeadLimits
 
   constructor(private readonly options: GatewayOptions) {
@@ -107,6 +114,11 @@ export class Gateway {
     this.listenSocket = null
   }
 
+  /** Closes the sockets the modules left open (those not yet holding a stream) with 1012: connect again. */
+  closeSockets() {
+    for (const link of [...this.openSockets]) link.close(SOCKET_CLOSE.serviceRestart, 'service stopping: connect again')
+  }
+
   private registerDocument(path: string, produce: () => Promise<{ status: number; body: unknown }>) {
     this.app.get(path, (res, req) =>
       this.accept(res, req, [], path, async x => {
@@ -119,6 +131,7 @@ export class Gateway {
   }
 
   private register(route: Route) {
+    if (route.kind === 'socket') return this.registerSocket(route)
     const names = paramNames(route.path)
     this.app[route.method](route.path, (res, req) =>
       this.accept(res, req, names, route.path, x => {
@@ -167,7 +180,72 @@ export class Gateway {
       .catch(error => this.fault(x, error))
   }
 
-  private async serve(route: Route, x: Exchange, body: Promise<Buffer> | BodyStream): Promise<number> {
+  private registerSocket(route: SocketRoute) {
+    const names = paramNames(route.path)
+    const limits = this.options.sockets ?? DEFAULT_SOCKETS
+    const fault = (error: unknown) => {
+      try {
+        this.options.logger.error('socket fault', { route: route.path, error })
+        this.options.metrics.httpErrors.inc({ status: '500', code: 'FAULT' })
+      } catch {
+        // nothing left to tell
+      }
+    }
+    this.app.ws<SocketData>(route.path, {
+      ...socketBehavior(limits, fault, this.openSockets),
+      upgrade: (res, req, context) => this.accept(res, req, names, route.path, x => this.upgrade(route, x, context)),
+    })
+    // uWS hands a GET without Upgrade on to the HTTP routes: told what this endpoint is.
+    this.app.get(route.path, (res, req) =>
+      this.accept(res, req, names, route.path, async x => {
+        if (x.head!.problem) throw x.head!.problem
+        throw new ApiError(426, 'UPGRADE_REQUIRED', 'This endpoint is a WebSocket: send GET with Upgrade: websocket', {}, { Upgrade: 'websocket' })
+      }),
+    )
+  }
+
+  /** The handshake of a socket route: answered as any request until the 101. */
+  private async upgrade(route: SocketRoute, x: Exchange, context: unknown): Promise<number> {
+    const { head, reply, requestId } = x as Required<Pick<Exchange, 'head'>> & Exchange
+    if (head.problem) throw head.problem
+    const key = head.headers['sec-websocket-key']
+    if (!key) throw new ApiError(400, 'INVALID_HANDSHAKE', 'A WebSocket handshake needs Sec-WebSocket-Key')
+    const allowed = (this.options.sockets ?? DEFAULT_SOCKETS).allowedOrigins
+    if (!originAllowed(head.headers['origin'], allowed)) {
+      throw new ApiError(403, 'ORIGIN_NOT_ALLOWED', `Origin ${head.headers['origin']!.slice(0, 200)} may not open this socket (CHANNEL_SOCKET_ALLOWED_ORIGINS)`)
+    }
+    const offered = offeredProtocols(head.headers['sec-websocket-protocol'])
+    // An API key in its header (servers); otherwise the route's own credential (a ticket), never a key in the URL.
+    let principal: Principal
+    let scope: SocketContext['scope']
+    if (head.headers['apikey'] !== undefined || !route.authenticate) principal = await this.authorize(route, head)
+    else {
+      const grant = await route.authenticate({ query: head.query, protocols: offered })
+      if (!grant) {
+        if (head.remoteAddress) this.options.authThrottle.recordFailure(head.remoteAddress)
+        throw new ApiError(401, 'UNAUTHORIZED', 'An apikey header, or a valid unused ticket (query `ticket` or subprotocol `ticket.<ticket>`), is required')
+      }
+      if (route.role !== null && !grant.principal.roles.has(route.role)) throw new ApiError(403, 'FORBIDDEN', `This credential does not have the "${route.role}" role`)
+      principal = grant.principal
+      scope = grant.scope
+    }
+    const handler = await route.accept({
+      method: head.method,
+      url: head.url,
+      params: head.params,
+      query: head.query,
+      headers: head.headers,
+      principal,
+      requestId,
+      aborted: reply.abortedPromise,
+      scope,
+    })
+    const protocol = route.protocol?.(offered) ?? ''
+    if (!reply.upgrade<SocketData>({ handler }, key, protocol, head.headers['sec-websocket-extensions'] ?? '', context)) return 499
+    return 101
+  }
+
+  private async serve(route: Exclude<Route, SocketRoute>, x: Exchange, body: Promise<Buffer> | BodyStream): Promise<number> {
     const { head, reply, requestId } = x as Required<Pick<Exchange, 'head'>> & Exchange
     if (head.problem) throw head.problem
     // A key verified lately, while no address is held back for failures: no digest, nothing awaited (gateway/auth.ts).

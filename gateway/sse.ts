@@ -2,6 +2,7 @@
 // parsing, coalesced writes with a bound, and a heartbeat. Nothing here knows about sessions;
 // the channel hub (engine/streams/hub.ts) owns consumers and decides what to send with which id.
 import type { StreamSink } from '../platform/http.js'
+import { WriteWindow } from './write-window.js'
 
 /** The part of a frame shared by every consumer of one event: `event:` and `data:` lines. */
 export function eventBody(event: string, data: unknown): string {
@@ -25,6 +26,18 @@ function serializeEventData(data: unknown): string {
 }
 
 export const frame = (id: number, body: string) => `id: ${id}\n${body}`
+
+/**
+ * The same event as a JSON text frame (the channel over WebSocket): its name and data taken from
+ * the SSE lines as they are, so both transports carry byte-identical payloads and nothing is
+ * parsed or serialised again per consumer.
+ */
+export function jsonEventFrame(id: number, body: string): string {
+  const dataAt = body.indexOf('\ndata: ')
+  const name = body.slice('event: '.length, dataAt)
+  const data = body.slice(dataAt + '\ndata: '.length, body.length - 2)
+  return `{"type":"event","id":${id},"event":${JSON.stringify(name)},"data":${data}}`
+}
 
 export function formatEvent(id: number, event: string, data: unknown): string {
   return frame(id, eventBody(event, data))
@@ -94,18 +107,11 @@ export class HeartbeatWheel {
   }
 }
 
-/** Streams with frames waiting for the end of the current macrotask. */
-const pendingFlush = new Set<SseStream>()
-let flushScheduled = false
-
-function flushAll() {
-  flushScheduled = false
-  const streams = [...pendingFlush]
-  pendingFlush.clear()
-  // One stream's fault ends that stream only (its client resumes with Last-Event-ID); this runs
-  // from setImmediate, where a throw would be an uncaught exception.
-  for (const stream of streams) stream.guarded(() => stream.flush())
-}
+/**
+ * Streams with frames waiting for the end of the current macrotask. One stream's fault ends that
+ * stream only (its client resumes with Last-Event-ID).
+ */
+const pendingFlush = new WriteWindow<SseStream>(stream => stream.guarded(() => stream.flush()))
 
 /**
  * One open SSE response. Writes never block: frames of one macrotask are coalesced into one
@@ -113,6 +119,7 @@ function flushAll() {
  * bound the stream reports it through onDropped so the owner drops the consumer.
  */
 export class SseStream {
+  readonly transport = 'sse'
   private readonly slot: number
   private endedByServer = false
   private pending = ''
@@ -136,6 +143,10 @@ export class SseStream {
 
   get closed() {
     return this.sink.closed
+  }
+
+  onClose(listener: () => void) {
+    this.sink.onClose(listener)
   }
 
   /** Runs `work` for this stream from a timer: a throw is reported and ends this stream only. */
@@ -167,10 +178,6 @@ export class SseStream {
     this.pending += frame(id, body)
     this.pendingLastId = id
     pendingFlush.add(this)
-    if (!flushScheduled) {
-      flushScheduled = true
-      setImmediate(flushAll)
-    }
     return true
   }
 

@@ -123,6 +123,15 @@ export interface Config {
     /** Over NATS: how long a session's events stay in the JetStream log for replay. */
     eventRetentionMs: number
     maxConsumersPerSession: number
+    /** The channel over WebSocket (engine/streams/channel-socket.ts). */
+    socket: {
+      /** Browser origins (scheme://host[:port], lower case) that may open a socket; `*`: any. A handshake without Origin (a server) is not checked. */
+      allowedOrigins: string[]
+      /** A client frame larger than this closes the socket (1009). */
+      maxFrameBytes: number
+      /** How long a ticket (POST .../socket/tickets) may wait for its one use. */
+      ticketTtlMs: number
+    }
   }
   engine: {
     /** A session without activity for this long is closed as abandoned. */
@@ -262,6 +271,22 @@ function url(env: Env, name: string, schemes: string[]): string | undefined {
   return raw
 }
 
+/** A list of browser origins, `*` alone for any; each checked as scheme://host[:port] and kept in lower case. */
+function origins(env: Env, name: string): string[] {
+  const list = (env[name] ?? '').split(',').map(o => o.trim().replace(/\/$/, '').toLowerCase()).filter(Boolean)
+  for (const origin of list) {
+    if (origin === '*') continue
+    let parsed: URL
+    try {
+      parsed = new URL(origin)
+    } catch {
+      throw new ConfigError(`${name}: "${origin}" is not an origin (scheme://host[:port])`)
+    }
+    if (parsed.origin.toLowerCase() !== origin) throw new ConfigError(`${name}: "${origin}" is not an origin (scheme://host[:port], no path)`)
+  }
+  return list
+}
+
 function oneOf<T extends string>(env: Env, name: string, values: readonly T[], fallback: T): T {
   const raw = env[name]
   if (raw === undefined || raw === '') return fallback
@@ -372,6 +397,11 @@ export function loadConfig(env: Env = process.env): Config {
       consumerRetentionMs: int(env, 'SSE_CONSUMER_RETENTION_MS', 5 * 60_000, 0),
       eventRetentionMs: int(env, 'SSE_EVENT_RETENTION_MS', 60 * 60_000, 1000),
       maxConsumersPerSession: int(env, 'SSE_MAX_CONSUMERS_PER_SESSION', 16, 1),
+      socket: {
+        allowedOrigins: origins(env, 'CHANNEL_SOCKET_ALLOWED_ORIGINS'),
+        maxFrameBytes: int(env, 'CHANNEL_SOCKET_MAX_FRAME_BYTES', 128 * 1024, 1024),
+        ticketTtlMs: int(env, 'CHANNEL_SOCKET_TICKET_TTL_MS', 30_000, 1000),
+      },
     },
     engine: {
       sessionIdleTimeoutMs: int(env, 'SESSION_IDLE_TIMEOUT_MS', 30 * 60_000, 100),

@@ -99,7 +99,62 @@ export interface StreamRoute<Body = unknown> extends RouteBase {
   open(ctx: RequestContext<Body>, start: (headers?: Record<string, string>) => StreamSink): Promise<void>
 }
 
-export type Route = JsonRoute | UploadRoute | StreamRoute
+/**
+ * One WebSocket as the gateway hands it to a module: text frames out, a close with a code. The
+ * gateway owns the uWS socket (its limits, its pings, its faults); the module only its protocol.
+ */
+export interface SocketLink {
+  /** Sends one text frame; false once more than the socket's buffer bound waits to go out. */
+  send(text: string): boolean
+  /** Runs `work`'s sends as one write. */
+  batch(work: () => void): void
+  /** Sends a close frame (the reason is cut to the 123 bytes a close frame holds); nothing more goes out. */
+  close(code: number, reason: string): void
+  readonly closed: boolean
+  /** Reports a fault in code serving this socket (the gateway logs and counts it). */
+  reportFault(error: unknown): void
+}
+
+/** What a module does with one upgraded socket; the gateway calls each inside its error boundary. */
+export interface SocketHandler {
+  opened(link: SocketLink): void
+  /** A text frame within the size limit, valid UTF-8 (the gateway closes on anything else). */
+  message(text: string): void
+  /** The socket is gone (closed by either side); `code` as received or sent. */
+  closed(code: number): void
+}
+
+/** What a socket may do beyond its account: a ticket names the crew or the session it is for. */
+export interface SocketScope {
+  crewId?: string
+  sessionId?: string
+}
+
+export interface SocketContext extends Omit<RequestContext, 'body' | 'json' | 'input'> {
+  /** Set when the upgrade was authenticated by a ticket rather than an API key. */
+  scope?: SocketScope
+}
+
+/**
+ * A WebSocket endpoint (GET with Upgrade). The gateway answers the handshake: bad URL, no
+ * credentials (401), missing role or an Origin not allowed (403) are HTTP answers, as is any
+ * throw of `accept`; past it the module speaks over the socket.
+ */
+export interface SocketRoute extends Omit<RouteBase, 'method'> {
+  kind: 'socket'
+  method: 'get'
+  /**
+   * Authenticates an upgrade that carries no apikey header: a ticket in the query or offered as
+   * a subprotocol (`protocols`, as offered). Null: 401. Never sees an API key.
+   */
+  authenticate?(request: { query: URLSearchParams; protocols: string[] }): Promise<{ principal: Principal; scope: SocketScope } | null>
+  /** The subprotocol to answer with, among those offered (browsers fail a handshake that offered some and got none). */
+  protocol?(offered: string[]): string | undefined
+  /** Checks the upgrade's parameters; its handler, or a throw (answered as HTTP). */
+  accept(ctx: SocketContext): SocketHandler | Promise<SocketHandler>
+}
+
+export type Route = JsonRoute | UploadRoute | StreamRoute | SocketRoute
 
 /**
  * A JSON route whose handler reads a body of the type its `requestSchema` describes (the type

@@ -19,6 +19,9 @@ export interface Metrics {
   sseStreamsOpen: Gauge
   sseClientDisconnects: Counter
   sseSlowConsumersDropped: Counter
+  /** The channel over WebSocket: sockets holding a consumer, and those the client closed. */
+  channelSocketsOpen: Gauge
+  channelSocketClientCloses: Counter
   sessionsLive: Gauge<'crew'>
   /** Failed write-behind attempts of live sessions (each retry counts). */
   sessionPersistenceFailures: Counter
@@ -108,7 +111,13 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     }),
     sseSlowConsumersDropped: new Counter({
       name: 'switchboard_sse_slow_consumers_dropped_total',
-      help: 'SSE consumers dropped because their buffer overflowed',
+      help: 'Channel consumers (SSE or WebSocket) dropped because their buffer overflowed',
+      registers,
+    }),
+    channelSocketsOpen: new Gauge({ name: 'switchboard_channel_sockets_open', help: 'Open channel WebSockets holding a consumer', registers }),
+    channelSocketClientCloses: new Counter({
+      name: 'switchboard_channel_socket_client_closes_total',
+      help: 'Channel WebSockets closed by the client side',
       registers,
     }),
     sessionsLive: new Gauge({

@@ -107,6 +107,10 @@ export const channelSchemas = {
     { messageId: { type: 'string' }, turnId: { type: 'integer' }, agentId: { type: 'string' }, text: { type: 'string' }, at: { type: 'integer' } },
     ['messageId', 'agentId', 'text'],
   ),
+  'event.assistant.interrupted': sessionEvent(
+    { messageId: { type: 'string' }, turnId: { type: 'integer' }, agentId: { type: 'string' }, chunks: { type: 'integer' }, text: { type: 'string' } },
+    ['messageId', 'turnId', 'chunks', 'text'],
+  ),
   'event.crew.status.waiting': sessionEvent({ agentId: { type: 'string' } }, ['agentId']),
   'event.assistant.error': sessionEvent({ turnId: { type: 'integer' }, code: { type: 'string' }, message: { type: 'string' } }, ['code', 'message']),
   'event.session.transferred': sessionEvent({ from: { type: 'string' }, agentId: { type: 'string' } }, ['from', 'agentId']),
@@ -123,7 +127,7 @@ export const channelSchemas = {
     'x-events': Object.fromEntries(
       [
         'Initialized', 'session.consumer.attached', 'hearthbeat', 'reconnect_required', 'stream.gap', 'crew.status.writing', 'assistant.response',
-        'assistant.message', 'crew.status.waiting', 'assistant.error', 'session.transferred', 'session.paused', 'session.resumed', 'session.closed',
+        'assistant.message', 'assistant.interrupted', 'crew.status.waiting', 'assistant.error', 'session.transferred', 'session.paused', 'session.resumed', 'session.closed',
       ].map(name => [name, { $ref: `event.${name}` }]),
     ),
   },

@@ -6,6 +6,7 @@ import { SchemaRegistry } from './validator.js'
 import { dialerSchemas } from './dialer.js'
 import { reportsSchemas } from './reports.js'
 import { channelSchemas } from './channel.js'
+import { channelSocketSchemas } from './channel-socket.js'
 import { adminSchemas } from './admin.js'
 import { dialerResponseSchemas } from './dialer-responses.js'
 import { errorBody } from './common.js'
@@ -14,11 +15,12 @@ import { supervisionSchemas } from './supervision.js'
 export { type ValidationIssue, type JsonSchema, toFieldPath } from './validator.js'
 export { ADDRESS_TYPES, CHANNELS, DUPLICATE_STRATEGIES } from './dialer.js'
 export { buildOpenApi } from './openapi.js'
+export { CHANNEL_SUBPROTOCOL, channelSocketSchemas, FRAME_TYPES, type FrameType } from './channel-socket.js'
 
-export const schemas = new SchemaRegistry([dialerSchemas, dialerResponseSchemas, { error: errorBody }, reportsSchemas, channelSchemas, adminSchemas, supervisionSchemas])
+export const schemas = new SchemaRegistry([dialerSchemas, dialerResponseSchemas, { error: errorBody }, reportsSchemas, channelSchemas, channelSocketSchemas, adminSchemas, supervisionSchemas])
 
 /** The schemas a route may name as its request body. */
-type RequestSchemas = typeof dialerSchemas & typeof channelSchemas & typeof adminSchemas
+type RequestSchemas = typeof dialerSchemas & typeof channelSchemas & typeof channelSocketSchemas & typeof adminSchemas
 export type RequestSchemaId = keyof RequestSchemas & string
 /** The type of a body its schema accepts (a free-form value, bounded only by `x-bounds`: unknown). */
 export type BodyOf<Id extends RequestSchemaId> = RequestSchemas[Id] extends JSONSchema ? FromSchema<RequestSchemas[Id]> : unknown

@@ -33,6 +33,7 @@ const sessionCommand: JsonSchema = {
   oneOf: [
     command('user.message', { consumerId: text, text: { type: 'string' } }, ['consumerId', 'text']),
     command('consumer.attach', { consumerId: text }, ['consumerId']),
+    command('user.interrupt', { consumerId: text, heard: { type: 'string' } }, ['consumerId']),
     command('admin.append', { userId: text, messages: contextMessages }, ['userId', 'messages']),
     command('admin.override', { userId: text, messages: contextMessages, arguments: anyObject }, ['userId', 'messages']),
     command('admin.attend', { userId: text }, ['userId']),

@@ -8,7 +8,7 @@ import { Invalid, InvalidState, NotFound, Unavailable } from '../../platform/err
 import type { OverloadGuard } from '../../platform/overload.js'
 import type { SessionRepository } from '../persistence/session-store.js'
 import { touchConsumer, type LiveSession } from '../session/live-session.js'
-import { stateName } from '../session/machine.js'
+import { activeState, replyId, stateName } from '../session/machine.js'
 import type { ToolRunner } from '../session/tools.js'
 import { snapshotView } from '../supervision/snapshot-view.js'
 import type { SessionCommand } from '../transport.js'
@@ -65,6 +65,24 @@ async function userMessage(deps: CommandDeps, live: LiveSession, command: Comman
     if (live.writer.holdsUpTo(upTo)) throw new Unavailable('SESSION_NOT_PERSISTED', `Session ${live.id} cannot be persisted right now; retry shortly`, {}, { retryAfterSeconds: 5 })
   }
   return { accepted: true }
+}
+
+/**
+ * Barge-in: the reply being written stops (the machine's `generating` exit cancels it), and
+ * nothing more of it is published. Answered, not refused, when no reply is being written: a
+ * voice bridge says so whenever the caller speaks.
+ */
+function interrupt(deps: CommandDeps, live: LiveSession, command: CommandOf<'user.interrupt'>, at: number) {
+  if (!live.consumers.has(command.consumerId)) {
+    throw new Invalid('UNKNOWN_CONSUMER', `Consumer ${command.consumerId} is not attached to session ${live.id}`)
+  }
+  const snapshot = deps.actors.awake(live).getSnapshot()
+  if (activeState(snapshot) !== 'generating') return { interrupted: false }
+  const { turnId } = snapshot.context
+  const messageId = replyId(snapshot.context)
+  touchConsumer(live, command.consumerId)
+  deps.driver.send(live, { type: 'user.interrupt', consumerId: command.consumerId, heard: command.heard, at })
+  return { interrupted: true, turnId, messageId }
 }
 
 /**
@@ -160,6 +178,7 @@ function snapshot(deps: CommandDeps, live: LiveSession) {
 const handlers: { [K in CommandType]: Handler<K> } = {
   'user.message': userMessage,
   'consumer.attach': attachConsumer,
+  'user.interrupt': interrupt,
   'admin.append': toMachine,
   'admin.override': toMachine,
   'admin.attend': toMachine,

@@ -5,6 +5,7 @@ import { jsonRoute, streamRoute, type Route } from '../../platform/http.js'
 import { parseLastEventId } from '../../gateway/sse.js'
 import { isUuid } from '../../platform/ids.js'
 import type { ChannelHub } from '../streams/hub.js'
+import { endSession, sendUserMessage } from '../streams/channel-commands.js'
 import type { SessionTransport } from '../transport.js'
 import { uuidParam } from './common.js'
 
@@ -38,7 +39,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       },
       async open(ctx, start) {
         const { arguments: args = {}, outbound } = ctx.input
-        await hub.create({ accountId: ctx.principal.accountId, crewId: ctx.params.crewId!, arguments: args, outbound }, start)
+        await hub.create({ accountId: ctx.principal.accountId, crewId: ctx.params.crewId!, arguments: args, outbound }, hub.sse(start))
       },
     }),
     jsonRoute({
@@ -60,9 +61,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       async handle(ctx) {
         const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
         const consumerId = uuidParam(ctx, 'consumerId', 'INVALID_CONSUMER_ID')
-        hub.admitMessage()
-        await transport.command({ sessionId, accountId: ctx.principal.accountId }, { type: 'user.message', consumerId, text: ctx.input.message })
-        return { status: 201, body: { sessionId, consumerId, status: 'accepted' } }
+        return { status: 201, body: await sendUserMessage(hub, transport, { sessionId, accountId: ctx.principal.accountId }, consumerId, ctx.input.message) }
       },
     }),
     {
@@ -82,7 +81,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
         await hub.listen(
           { sessionId, accountId: ctx.principal.accountId },
           { consumerId: consumerId?.toLowerCase(), lastEventId },
-          start,
+          hub.sse(start),
         )
       },
     },
@@ -99,8 +98,7 @@ export function channelRoutes(hub: ChannelHub, transport: SessionTransport): Rou
       async handle(ctx) {
         const sessionId = uuidParam(ctx, 'sessionId', 'INVALID_SESSION_ID')
         const { reason = 'finished' } = ctx.input
-        await transport.command({ sessionId, accountId: ctx.principal.accountId }, { type: 'session.destroy', reason, by: 'channel' })
-        return { status: 201, body: { sessionId, status: 'destroyed', reason } }
+        return { status: 201, body: await endSession(transport, { sessionId, accountId: ctx.principal.accountId }, reason) }
       },
     }),
   ]

@@ -245,6 +245,12 @@ export class Conversation {
       case 'turn.started':
         this.turnAfter = this.messages.at(-1)?.id ?? null
         return
+      case 'turn.interrupted': {
+        // What the user heard of a reply cut short is what the assistant said.
+        const text = String(entry.heard ?? entry.delivered ?? '')
+        if (!text) return
+        return this.addReply({ id: String(entry.messageId), author: 'assistant', text, source: 'generated', at, agentId: entry.agentId as string | undefined })
+      }
     }
   }
 

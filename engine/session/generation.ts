@@ -49,9 +49,12 @@ export class Generation {
   cancelled = false
   /** A piece of the reply was published (a pause then cuts a reply a user has seen begin). */
   wrote = false
+  /** The reply's text published so far (where a barge-in cut it). */
+  published = ''
   private controller: AbortController | null = null
   private buffered = ''
-  private index = 0
+  /** Pieces published so far: the next one's `index`. */
+  index = 0
   private flushing: NodeJS.Immediate | null = null
 
   constructor(
@@ -90,6 +93,7 @@ export class Generation {
     const delta = this.buffered
     this.buffered = ''
     this.wrote = true
+    this.published += delta
     this.sink.chunk(this.index++, delta)
   }
 

@@ -9,7 +9,7 @@
 //
 //   active.idle ──user.message / attend──▶ active.generating ──gen.completed(tools)──▶ active.tooling
 //        ▲                                     │  ▲                                        │
-//        └────────── gen.completed / failed ───┘  └──────── all turn tools answered ───────┘
+//        └─── gen.completed / failed / interrupt ┘  └────── all turn tools answered ───────┘
 //   active.* ──pause──▶ paused ──resume──▶ active.tooling | active.generating | active.idle
 //   active.*, paused ──transfer──▶ (same state, new agent)
 //   active.*, paused ──destroy / idle expiry──▶ destroyed (final)
@@ -50,6 +50,7 @@ export type ContextMessageInput = { author: string; text: string }
 
 export type SessionEvent =
   | ({ type: 'user.message'; text: string; consumerId: string } & At)
+  | ({ type: 'user.interrupt'; consumerId: string; heard?: string } & At)
   | ({ type: 'admin.append'; userId: string; messages: ContextMessageInput[] } & At)
   | ({ type: 'admin.override'; userId: string; messages: ContextMessageInput[]; arguments?: Record<string, unknown> } & At)
   | ({ type: 'admin.attend'; userId: string } & At)
@@ -107,6 +108,7 @@ export const SESSION_EFFECTS = [
   'stopTurn',
   'runTools',
   'recordUserMessage',
+  'recordInterrupt',
   'recordAttend',
   'recordReply',
   'recordToolRequest',
@@ -236,6 +238,11 @@ export const sessionMachine = setup({
             ],
             // Kept and answered by another reply right after this one.
             'user.message': { actions: ['recordUserMessage', 'oweReply'] },
+            // Barge-in: the reply stops where it is (stopTurn); a message it did not answer yet is answered next.
+            'user.interrupt': [
+              { guard: 'replyOwed', target: 'generating', reenter: true, actions: ['recordInterrupt', 'newTurn'] },
+              { target: 'idle', actions: ['recordInterrupt', 'endTurn'] },
+            ],
             'admin.pause': { target: '#session.paused', actions: ['recordPause', 'cutReply'] },
           },
         },

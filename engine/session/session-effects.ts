@@ -73,6 +73,16 @@ export function sessionEffects(host: EffectHost): Record<SessionEffectName, (arg
       const seq = log(live, 'message.user', e.at, { consumerId: e.consumerId, text })
       for (const guardrail of triggered) log(live, 'guardrail.triggered', e.at, { guardrail, action: 'redact', messageSeq: seq, side: 'user' })
     },
+    recordInterrupt: (live, c, event) => {
+      // The generation was cancelled on leaving `generating` (stopTurn ran first): what it
+      // published is all the user got of this reply.
+      const e = event as EventOf<'user.interrupt'>
+      const generation = live.generation
+      const messageId = replyId(c)
+      const delivered = generation?.published ?? ''
+      log(live, 'turn.interrupted', e.at, { turnId: c.turnId, messageId, agentId: c.agentId, consumerId: e.consumerId, delivered, chunks: generation?.index ?? 0, heard: e.heard })
+      host.publish(live, 'assistant.interrupted', { messageId, turnId: c.turnId, agentId: c.agentId, chunks: generation?.index ?? 0, text: delivered })
+    },
     recordAttend: (live, _c, e) => void log(live, 'admin.attend', e.at, { userId: (e as EventOf<'admin.attend'>).userId }),
     recordReply: (live, c, event) => {
       const e = event as EventOf<'gen.completed'>

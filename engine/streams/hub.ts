@@ -5,7 +5,8 @@
 // from the log, then it is live. Frames of one consumer only (`session.consumer.attached`,
 // heartbeats, `reconnect_required`, `stream.gap`) carry the id of the last event it was sent.
 // A consumer that falls behind is dropped with `reconnect_required` and never slows the session
-// or the other consumers.
+// or the other consumers. A consumer's frames go to a ConsumerStream: an SSE response
+// (gateway/sse.ts) or a WebSocket (gateway/ws-channel.ts); the hub does not know which.
 import { randomUUID } from 'node:crypto'
 import { Invalid, LimitReached, sessionNotFound, ShuttingDown, Unavailable } from '../../platform/errors.js'
 import type { StreamSink } from '../../platform/http.js'
@@ -16,6 +17,47 @@ import { OverloadGuard } from '../../platform/overload.js'
 import type { StreamPlace } from '../../platform/stream-shares.js'
 import { bodyOf, isNewer } from './event-log.js'
 import type { CreateSessionRequest, SessionTarget, SessionTransport, Subscription, TransportEvent } from '../transport.js'
+
+/** Why the hub ends a consumer's stream (a WebSocket says it in its close code; SSE just ends). */
+export type StreamEnd =
+  | { why: 'session_closed'; reason: string }
+  | { why: 'shutdown' }
+  | { why: 'slow_consumer' }
+  /** The same consumer reconnected: the newer stream takes over. */
+  | { why: 'replaced' }
+
+/** A frame of one consumer only (`reconnect_required`), with the id it carries. */
+export interface LastFrame {
+  id: number
+  body: string
+}
+
+/** Where one consumer's frames go: an SSE response or a WebSocket. */
+export interface ConsumerStream {
+  /** Which metrics count it. */
+  readonly transport: 'sse' | 'socket'
+  readonly closed: boolean
+  /** The client went away on its own (not ended by us). */
+  readonly closedByClient: boolean
+  /** Id of the last frame handed to the socket (what a dropped client surely had a chance to get). */
+  readonly lastWrittenId: number
+  /** Queues one event frame (`body`: its SSE lines); false when the stream is already closed. */
+  send(id: number, body: string): boolean
+  /** Sends what is queued, then `last` if any, and ends the stream. */
+  end(last?: LastFrame, why?: StreamEnd): void
+  /** Discards what is queued (the client reads it back after reconnecting), sends `last`, ends. */
+  drop(last: LastFrame): void
+  onClose(listener: () => void): void
+}
+
+/** What the hub gives a stream it opens: the id of its frames of its own, and how to report it too slow. */
+export interface StreamHooks {
+  currentId: () => number
+  onDropped: () => void
+}
+
+/** Opens a consumer's stream once its session and consumer ids are known. */
+export type StreamOpener = (ids: { sessionId: string; consumerId: string }, hooks: StreamHooks) => ConsumerStream
 
 export interface HubOptions {
   heartbeatMs: number
@@ -34,7 +76,7 @@ const RESYNC_CONCURRENCY = 32
 class Consumer {
   /** Seq of the last event written (or due) to this consumer's stream. */
   position = 0
-  stream: SseStream | null = null
+  stream: ConsumerStream | null = null
   /** Events held while the consumer catches up from the log, or before its stream opens. */
   held: { seq: number; body: string }[] | null = null
   retention: NodeJS.Timeout | null = null
@@ -50,6 +92,8 @@ class Feed {
   readonly consumers = new Map<string, Consumer>()
   subscription: Subscription | null = null
   closed = false
+  /** How the session closed (its `closed` entry), once it has. */
+  closeReason = ''
   /** The last event applied; events arrive in this order or are read back from the log. */
   position = { seq: 0, epoch: 0 }
   /** Events received while the feed's position is unknown or while a gap is being filled. */
@@ -78,11 +122,14 @@ export class ChannelHub {
     this.heartbeats = new HeartbeatWheel(options.heartbeatMs, eventBody('hearthbeat', { minutes: options.heartbeatMs / 60_000 }))
   }
 
-  /** POST eventstream/{crewId}: creates the session, then opens the creator's stream. */
-  async create(
-    request: Omit<CreateSessionRequest, 'sessionId' | 'consumerId'>,
-    start: (headers?: Record<string, string>) => StreamSink,
-  ) {
+  /** SSE streams on a gateway response: `start` sends the response's head. */
+  sse(start: (headers?: Record<string, string>) => StreamSink): StreamOpener {
+    return ({ sessionId, consumerId }, hooks) =>
+      new SseStream(start({ 'X-Session-Id': sessionId, 'X-Consumer-Id': consumerId }), { heartbeats: this.heartbeats, ...hooks })
+  }
+
+  /** Creates the session, then opens the creator's stream. */
+  async create(request: Omit<CreateSessionRequest, 'sessionId' | 'consumerId'>, open: StreamOpener) {
     this.refuseWhileStopping()
     const place = this.overload.admitStream('session', request.accountId)
     try {
@@ -94,27 +141,22 @@ export class ChannelHub {
       consumer.held = [] // Initialized (seq 1) and what follows wait for the stream
       feed.subscription = await this.transport.create({ ...request, sessionId, consumerId }, event => this.deliver(feed, event))
       this.feeds.set(sessionId, feed)
-      const sink = start({ 'X-Session-Id': sessionId, 'X-Consumer-Id': consumerId })
-      this.attach(feed, consumer, sink, place)
+      this.attach(feed, consumer, open, place)
       this.release(feed, consumer)
-      if (feed.closed) this.endStream(consumer)
+      if (feed.closed) this.endStream(feed, consumer)
     } finally {
       if (!place.opened) place.release()
     }
   }
 
-  /** POST eventstream/{sessionId}/listen: a new consumer, or the resumption of one (any gateway). */
-  async listen(
-    target: SessionTarget,
-    resume: { consumerId?: string; lastEventId?: number },
-    start: (headers?: Record<string, string>) => StreamSink,
-  ) {
+  /** A new consumer of a session, or the resumption of one (any gateway). */
+  async listen(target: SessionTarget, resume: { consumerId?: string; lastEventId?: number }, open: StreamOpener) {
     this.refuseWhileStopping()
     // Its place is taken now, while it waits for the feed and the attach: listens racing for
     // the last places must not all pass before any of them opened.
     const place = this.overload.admitStream('stream', target.accountId)
     try {
-      await this.open(target, resume, start, place)
+      await this.open(target, resume, open, place)
     } finally {
       if (!place.opened) place.release()
     }
@@ -124,7 +166,7 @@ export class ChannelHub {
   private async open(
     target: SessionTarget,
     resume: { consumerId?: string; lastEventId?: number },
-    start: (headers?: Record<string, string>) => StreamSink,
+    open: StreamOpener,
     place: StreamPlace,
   ) {
     const feed = await this.feedFor(target)
@@ -164,20 +206,19 @@ export class ChannelHub {
     if (feed.consumers.get(consumer.id) !== consumer) {
       throw new Unavailable('CONSUMER_DETACHED', `Consumer ${consumer.id} was let go while it attached; listen again`, {}, { retryAfterSeconds: 1 })
     }
-    if (consumer.stream) this.endStream(consumer) // the same consumer reconnected: the new stream takes over
+    if (consumer.stream) this.endStream(feed, consumer, { why: 'replaced' }) // the same consumer reconnected: the new stream takes over
     consumer.position = after
     consumer.held = []
-    const sink = start({ 'X-Session-Id': feed.sessionId, 'X-Consumer-Id': consumer.id })
-    const stream = this.attach(feed, consumer, sink, place)
+    const stream = this.attach(feed, consumer, open, place)
     const attached = { sessionId: feed.sessionId, consumerId: consumer.id, ...(resume.lastEventId !== undefined ? { resumed: true, lastEventId: after } : {}) }
     stream.send(after, eventBody('session.consumer.attached', attached))
     if (after < feed.position.seq) await this.catchUp(feed, consumer, stream, after)
     this.release(feed, consumer)
-    if (feed.closed) this.endStream(consumer)
+    if (feed.closed) this.endStream(feed, consumer)
   }
 
   /** Sends `consumer` what it missed after `after` from the session's log (live events wait in `held`). */
-  private async catchUp(feed: Feed, consumer: Consumer, stream: SseStream, after: number) {
+  private async catchUp(feed: Feed, consumer: Consumer, stream: ConsumerStream, after: number) {
     let missed: TransportEvent[]
     try {
       missed = await this.transport.replay(feed.sessionId, after)
@@ -253,24 +294,24 @@ export class ChannelHub {
     }
   }
 
-  /** Opens `sink` as `consumer`'s stream (frames are sent by the caller); it holds `place` until it closes. */
-  private attach(feed: Feed, consumer: Consumer, sink: StreamSink, place: StreamPlace): SseStream {
+  /** Opens `consumer`'s stream (frames are sent by the caller); it holds `place` until it closes. */
+  private attach(feed: Feed, consumer: Consumer, open: StreamOpener, place: StreamPlace): ConsumerStream {
     if (consumer.retention) {
       clearTimeout(consumer.retention)
       consumer.retention = null
     }
-    const stream = new SseStream(sink, {
-      heartbeats: this.heartbeats,
-      currentId: () => consumer.position,
-      onDropped: () => this.dropSlow(feed, consumer),
-    })
+    const stream = open(
+      { sessionId: feed.sessionId, consumerId: consumer.id },
+      { currentId: () => consumer.position, onDropped: () => this.dropSlow(feed, consumer) },
+    )
     consumer.stream = stream
-    this.metrics.sseStreamsOpen.inc()
+    const gauge = stream.transport === 'sse' ? this.metrics.sseStreamsOpen : this.metrics.channelSocketsOpen
+    gauge.inc()
     place.opened = true
-    sink.onClose(() => {
-      this.metrics.sseStreamsOpen.dec()
+    stream.onClose(() => {
+      gauge.dec()
       place.release()
-      if (stream.closedByClient) this.metrics.sseClientDisconnects.inc()
+      if (stream.closedByClient) (stream.transport === 'sse' ? this.metrics.sseClientDisconnects : this.metrics.channelSocketClientCloses).inc()
       if (consumer.stream !== stream) return
       consumer.stream = null
       if (feed.closed || consumer.attaching) return
@@ -326,9 +367,10 @@ export class ChannelHub {
     if (event.kind === 'owner') return // a new owner's mark: no frame
     if (event.kind === 'closed') {
       feed.closed = true
+      feed.closeReason = event.reason
       for (const consumer of feed.consumers.values()) {
         if (consumer.retention) clearTimeout(consumer.retention)
-        if (!consumer.held) this.endStream(consumer) // a consumer still catching up ends when done
+        if (!consumer.held) this.endStream(feed, consumer) // a consumer still catching up ends when done
       }
       feed.subscription?.unsubscribe()
       if (this.feeds.get(feed.sessionId) === feed) this.feeds.delete(feed.sessionId)
@@ -424,8 +466,9 @@ export class ChannelHub {
     consumer.position = stream.lastWrittenId
   }
 
-  private endStream(consumer: Consumer) {
-    consumer.stream?.end()
+  /** Ends the consumer's stream: the session closed (the default), or `why`. */
+  private endStream(feed: Feed, consumer: Consumer, why: StreamEnd = { why: 'session_closed', reason: feed.closeReason }) {
+    consumer.stream?.end(undefined, why)
     consumer.stream = null
   }
 
@@ -441,7 +484,7 @@ export class ChannelHub {
       for (const consumer of feed.consumers.values()) {
         if (consumer.retention) clearTimeout(consumer.retention)
         const stream = consumer.stream
-        if (stream && !stream.closed) stream.end({ id: consumer.position, body: this.reconnectBody(feed, consumer, 'shutdown') })
+        if (stream && !stream.closed) stream.end({ id: consumer.position, body: this.reconnectBody(feed, consumer, 'shutdown') }, { why: 'shutdown' })
         consumer.stream = null
       }
       feed.subscription?.unsubscribe()

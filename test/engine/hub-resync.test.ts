@@ -79,7 +79,7 @@ t.test('a second outage while the first is still being read back: the hub checks
   const hub = new ChannelHub(link, { heartbeatMs: 60_000, consumerRetentionMs: 60_000, maxConsumersPerSession: 4, listenPath: () => '/listen' }, createMetrics(), logger)
 
   const client = sink()
-  await hub.create({ accountId: 'acme', crewId: 'demo', arguments: {} }, () => client.stream)
+  await hub.create({ accountId: 'acme', crewId: 'demo', arguments: {} }, hub.sse(() => client.stream))
   const opened = await eventually(async () => client.frames(), frames => frames.some(f => f.event === 'Initialized'))
   const sessionId = JSON.parse(opened.find(f => f.event === 'Initialized')!.data).sessionId as string
   const consumerId = JSON.parse(opened.find(f => f.event === 'Initialized')!.data).consumerId as string
