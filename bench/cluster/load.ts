@@ -1,6 +1,8 @@
 // The load generator of bench/cluster, in a process of its own (forked by run.ts, driven over
-// IPC) so its CPU is not the service's and the service's is not its. Raw node:http only: each
-// session's SSE stream on its own socket, the PUTs on one keep-alive agent.
+// IPC) so its CPU is not the service's and the service's is not its. Raw node:http: each
+// session's SSE stream on its own socket, the PUTs on one keep-alive agent. Or, with
+// `transport: 'ws'` on open, the channel over WebSocket (the `ws` client): a socket per session,
+// its messages as frames, a message's `ack` frame standing for its `201`.
 //
 // A message is `#<n>#`; the crew's scripted fallback quotes it, so the `assistant.message` that
 // answers message n carries the tag: a reply with tag n answers every message of that session up
@@ -8,7 +10,7 @@
 // not taken for the answer to the next one.
 //
 // Requests (each {id, type, ...}; answered {id, ok, result | error}):
-//   open {target, key, count}             opens `count` sessions (crew demo), each until Initialized
+//   open {target, key, count, transport?} opens `count` sessions (crew demo), each until Initialized
 //   ids                                    the load sessions' ids
 //   run {rate, warmupSeconds, seconds}     open loop over the load sessions; posts {type: 'mark',
 //                                          phase: 'start' | 'end'} around the measured window
@@ -19,8 +21,11 @@
 //   stopTrickle {drainMs}                  stops the trickle; every message's fate
 //   close                                  closes every stream
 import { Agent, request, type IncomingMessage } from 'node:http'
+import WebSocket from 'ws'
 
 const CHANNEL = '/assistants-channel/api/v1/channel/api/eventstream'
+const SOCKET = '/assistants-channel/api/v1/channel/api/socket'
+type Transport = 'sse' | 'ws'
 /** A load message not answered within this is a timeout (its session takes messages again). */
 const REPLY_TIMEOUT_MS = 10_000
 const OPEN_IN_FLIGHT = 32
@@ -98,7 +103,15 @@ class Session {
   alive = true
   replies: number[] = []
 
-  constructor(readonly id: string, readonly consumerId: string, readonly response: IncomingMessage) {}
+  /** Over WebSocket: messages waiting for their ack frame, by n. */
+  readonly acking = new Map<number, { m: Message; onAck?: (m: Message) => void }>()
+
+  constructor(
+    readonly id: string,
+    readonly consumerId: string,
+    /** The SSE stream, or the WebSocket carrying the session. */
+    readonly response: IncomingMessage | WebSocket,
+  ) {}
 
   get busy() {
     return this.waiting.size > 0
@@ -108,6 +121,7 @@ class Session {
 class LoadGenerator {
   private target: Target = { host: '127.0.0.1', port: 0 }
   private key = ''
+  private transport: Transport = 'sse'
   private agent = newAgent()
   private counter = 0
   private cursor = 0
@@ -123,15 +137,54 @@ class LoadGenerator {
     setInterval(() => this.expire(), 100).unref()
   }
 
-  setTarget(target: Target, key: string) {
+  setTarget(target: Target, key: string, transport: Transport = 'sse') {
     this.target = target
     this.key = key
+    this.transport = transport
   }
 
   // ---------------------------------------------------------------- streams
 
+  /** Opens one session on a WebSocket of its own; resolves at its open's ack. */
+  private openSocket(): Promise<Session> {
+    return new Promise((resolve, reject) => {
+      const socket = new WebSocket(`ws://${this.target.host}:${this.target.port}${SOCKET}`, { headers: { apikey: this.key }, perMessageDeflate: false })
+      let session: Session | undefined
+      socket.on('open', () => socket.send('{"type":"open","id":"open","crewId":"demo"}'))
+      socket.on('message', (raw: Buffer) => {
+        const text = raw.toString('utf8')
+        const frame = JSON.parse(text)
+        if (!session) {
+          if (frame.type === 'ack' && frame.of === 'open') resolve((session = new Session(frame.result.sessionId, frame.result.consumerId, socket)))
+          else if (frame.type === 'error') reject(Object.assign(new Error(`open refused: ${text.slice(0, 200)}`), { status: frame.status }))
+          return
+        }
+        if (frame.type === 'event') {
+          if (frame.event === 'assistant.message') this.onReply(session, text)
+        } else if (frame.type === 'ack' || frame.type === 'error') {
+          const waiting = session.acking.get(frame.id)
+          if (!waiting) return
+          session.acking.delete(frame.id)
+          const { m, onAck } = waiting
+          m.ackAt = now()
+          m.status = frame.type === 'ack' ? 201 : frame.status
+          if (frame.type === 'ack') m.tally?.acks.push(m.ackAt - m.sentAt)
+          else this.failed(session, m, `${frame.status} ${JSON.stringify(frame.error).slice(0, 160)}`)
+          onAck?.(m)
+        }
+      })
+      socket.on('error', error => (session ? undefined : reject(error)))
+      socket.on('close', () => {
+        if (!session) return reject(new Error('socket closed before its open was acknowledged'))
+        if (session.alive) this.streamsLost++
+        session.alive = false
+      })
+    })
+  }
+
   /** Opens one session on its own socket; resolves at its Initialized event. */
   private openOne(): Promise<Session> {
+    if (this.transport === 'ws') return this.openSocket()
     return new Promise((resolve, reject) => {
       const body = '{}'
       const req = request(
@@ -225,7 +278,8 @@ class LoadGenerator {
   closeAll() {
     for (const s of [...this.load, ...this.trickled]) {
       s.alive = false
-      s.response.destroy()
+      if (s.response instanceof WebSocket) s.response.terminate()
+      else s.response.destroy()
     }
     this.load.length = 0
     this.trickled = []
@@ -270,6 +324,11 @@ class LoadGenerator {
       tally.outstanding++
     }
     s.waiting.set(n, m)
+    if (s.response instanceof WebSocket) {
+      s.acking.set(n, { m, onAck })
+      s.response.send(`{"type":"message","id":${n},"message":"${m.text}"}`)
+      return m
+    }
     const body = `{"message":"${m.text}"}`
     const req = request(
       {
@@ -453,7 +512,7 @@ const gen = new LoadGenerator()
 async function handle(msg: any): Promise<unknown> {
   switch (msg.type) {
     case 'open':
-      gen.setTarget(msg.target, msg.key)
+      gen.setTarget(msg.target, msg.key, msg.transport)
       return gen.open(msg.count, gen.load)
     case 'ids':
       return gen.load.map(s => s.id)

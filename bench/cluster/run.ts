@@ -206,6 +206,8 @@ interface Deployment {
   kind: (typeof CONFIGS)[number]
   /** The HTTP entry's port. */
   port: number
+  /** How the load generator speaks the channel: SSE + PUT, or one WebSocket per session. */
+  transport: 'sse' | 'ws'
   entry: Proc
   engines: { proc: Proc; node: string | undefined }[]
   nats?: NatsTestServer
@@ -254,12 +256,12 @@ function newScope() {
   return scope
 }
 
-async function startSingle(): Promise<Deployment> {
+async function startSingle(transport: Deployment['transport'] = 'sse'): Promise<Deployment> {
   const scope = newScope()
   const env = { ...baseEnv(scope), ROLE: 'all', DATA_DIR: tempDir(scope, 'sb-bench-cluster-data-') }
   const proc = await startProcess(scope, 'single', env)
   await waitHealthy(proc)
-  return { kind: 'single', port: proc.port, entry: proc, engines: [{ proc, node: undefined }], mongoPid: null, processes: [{ name: 'service', role: 'service', pid: proc.child.pid! }], scope }
+  return { kind: transport === 'ws' ? 'singleSocket' : 'single', port: proc.port, transport, entry: proc, engines: [{ proc, node: undefined }], mongoPid: null, processes: [{ name: 'service', role: 'service', pid: proc.child.pid! }], scope }
 }
 
 const seenMongoPids = new Set<number>()
@@ -291,6 +293,7 @@ async function startCluster(engineCount: number): Promise<Deployment> {
   return {
     kind: engineCount === 1 ? 'oneNode' : 'twoNodes',
     port: gateway.port,
+    transport: 'sse',
     entry: gateway,
     engines: engineProcs.map((proc, i) => ({ proc, node: health[i]!.engineNode as string | undefined })),
     nats,
@@ -320,7 +323,7 @@ async function startFloor(): Promise<Deployment> {
     { name: 'engine-1', role: 'engine', pid: engine.child.pid! },
     ...(natsPid ? [{ name: 'nats-server', role: 'nats', pid: natsPid } as Measured] : []),
   ]
-  return { kind: 'floor', port: gateway.port!, entry: null as unknown as Proc, engines: [], nats, mongoPid: null, processes, scope }
+  return { kind: 'floor', port: gateway.port!, transport: 'sse', entry: null as unknown as Proc, engines: [], nats, mongoPid: null, processes, scope }
 }
 
 async function stopDeployment(dep: Deployment, load: LoadClient) {
@@ -362,7 +365,7 @@ interface ConfigRun {
 }
 
 async function measure(dep: Deployment, load: LoadClient, round: number): Promise<ConfigRun> {
-  const open = await load.ask('open', { target: { host: '127.0.0.1', port: dep.port }, key: KEYS.acme, count: SESSIONS })
+  const open = await load.ask('open', { target: { host: '127.0.0.1', port: dep.port }, key: KEYS.acme, count: SESSIONS, transport: dep.transport })
   log(`  ${SESSIONS} sessions open in ${open.seconds.toFixed(1)} s (${open.perSecond.toFixed(0)}/s, ${open.refused} refused)`)
   const measured = [...dep.processes, { name: 'load generator', role: 'load', pid: load.pid } as Measured]
   const samples: { at: number; cpu: (number | null)[] }[] = []
@@ -573,7 +576,7 @@ function summariseOutage(messages: any[], replies: Record<string, number[]>, his
 
 // ------------------------------------------------------------------ summary
 
-const ALL_CONFIGS = ['single', 'floor', 'oneNode', 'twoNodes'] as const
+const ALL_CONFIGS = ['single', 'singleSocket', 'floor', 'oneNode', 'twoNodes'] as const
 /** BENCH_CONFIGS: which to run, in this order (all by default). */
 const CONFIGS = ALL_CONFIGS.filter(c => (process.env.BENCH_CONFIGS ?? ALL_CONFIGS.join(',')).split(',').includes(c))
 
@@ -623,6 +626,7 @@ function summarise(runs: ConfigRun[]) {
       twoNodesToSingle: ratio('twoNodes', 'single'),
       twoNodesToOneNode: ratio('twoNodes', 'oneNode'),
       floorToSingle: ratio('floor', 'single'),
+      socketToSingle: ratio('singleSocket', 'single'),
       oneNodeToFloor: ratio('oneNode', 'floor'),
     },
   }
@@ -630,7 +634,7 @@ function summarise(runs: ConfigRun[]) {
 
 function markdown(summary: ReturnType<typeof summarise>, fo: any, out: any, machine: string, rounds: number) {
   const f = (n: number | null | undefined, d = 2) => (n === null || n === undefined ? '-' : n.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }))
-  const label = { single: 'single process (embedded)', floor: 'floor: 1 gateway + 1 engine node (floor.ts)', oneNode: '1 gateway + 1 engine node', twoNodes: '1 gateway + 2 engine nodes' }
+  const label = { single: 'single process (embedded)', singleSocket: 'single process, the channel over WebSocket', floor: 'floor: 1 gateway + 1 engine node (floor.ts)', oneNode: '1 gateway + 1 engine node', twoNodes: '1 gateway + 2 engine nodes' }
   const rows = CONFIGS.map(c => {
     const s = (summary.byConfig as any)[c]
     const parts = Object.entries(s.cpuMsPerMessage.byProcess)
@@ -651,7 +655,8 @@ function markdown(summary: ReturnType<typeof summarise>, fo: any, out: any, mach
     ...rows,
     '',
     `CPU per message, cluster ÷ single process: 1 node ×${f(r.oneNodeToSingle.median)} (rounds ${ratioRounds(r.oneNodeToSingle)}), 2 nodes ×${f(r.twoNodesToSingle.median)} (${ratioRounds(r.twoNodesToSingle)}); 2 nodes ÷ 1 node ×${f(r.twoNodesToOneNode.median)} (${ratioRounds(r.twoNodesToOneNode)}); ` +
-      `floor ÷ single process ×${f(r.floorToSingle.median)} (${ratioRounds(r.floorToSingle)}); 1 node ÷ floor ×${f(r.oneNodeToFloor.median)} (${ratioRounds(r.oneNodeToFloor)}).`,
+      `floor ÷ single process ×${f(r.floorToSingle.median)} (${ratioRounds(r.floorToSingle)}); 1 node ÷ floor ×${f(r.oneNodeToFloor.median)} (${ratioRounds(r.oneNodeToFloor)}); ` +
+      `single process over WebSocket ÷ over SSE + PUT ×${f(r.socketToSingle.median)} (${ratioRounds(r.socketToSingle)}).`,
     '',
   ]
   if (fo?.error || out?.error) lines.push(`Not measured: ${[fo?.error && `failover (${fo.error})`, out?.error && `outage (${out.error})`].filter(Boolean).join('; ')}.`, '')
@@ -695,7 +700,7 @@ async function main() {
     const roundStart = Date.now()
     for (const config of CONFIGS) {
       log(`round ${round}/${ROUNDS}: ${config}`)
-      const dep = config === 'single' ? await startSingle() : config === 'floor' ? await startFloor() : await startCluster(config === 'oneNode' ? 1 : 2)
+      const dep = config === 'single' ? await startSingle() : config === 'singleSocket' ? await startSingle('ws') : config === 'floor' ? await startFloor() : await startCluster(config === 'oneNode' ? 1 : 2)
       try {
         const run = await measure(dep, load, round)
         runs.push(run)
