@@ -1,4 +1,4 @@
-// The supervisors' lifecycle feed of an account's sessions (issue 13): created, changed (state,
+// The supervisors' lifecycle feed of an account's sessions: created, changed (state,
 // transfer, a turn's counts) and closed, read from the session records by their updated_at.
 // Why polling the store: every engine node writes those records behind its sessions, so one
 // indexed query per feed per tick sees the sessions of every node without subscribing a gateway

@@ -1,4 +1,4 @@
-// A supervisor's watch stream of one session (issue 13): its whole timeline as it grows — the
+// A supervisor's watch stream of one session: its whole timeline as it grows — the
 // history entries (messages, whispers, tool calls and results, transfers, admin actions with
 // their UserId), ids = history seq so Last-Event-ID resumes — plus the live channel events
 // (event `channel`, no id: streamed chunks a history entry later sums up). It subscribes to the
