@@ -68,7 +68,7 @@ const sessionEvent = closed({ kind: { const: 'event' }, name: text, data: anyObj
 const sessionClosed = closed({ kind: { const: 'closed' }, reason: { type: 'string' }, seq: count, epoch: count }, ['kind', 'reason', 'seq', 'epoch'])
 
 /** Each message's schema at version 1 (v absent); version 2 is the same with `v: 2` unless given. */
-const V1: Record<string, JsonSchema> = {
+const V1 = {
   /** gateway -> node: sb.engine.<node>.create, sb.engine.create */
   'engine.create': closed({ request: createRequest }, ['request']),
   /** gateway (or a draining node) -> owner or node: sb.session.<id>.cmd, sb.engine.<node>.claim */
@@ -133,7 +133,7 @@ const V1: Record<string, JsonSchema> = {
   'queue.dialer.lifecycle': closed({ operationId: text }, ['operationId']),
   /** sb.queue.dialer.csv.imports */
   'queue.dialer.import': closed({ batchId: text, operationId: text, tempCsvKey: text, columnMapping: anyObject }, ['batchId', 'operationId', 'tempCsvKey', 'columnMapping']),
-}
+} satisfies Record<string, JsonSchema>
 
 /** A later version of a message that only gained `v`. */
 function versioned(schema: JsonSchema, v: 2 | 3): JsonSchema {
@@ -181,6 +181,7 @@ const V3: Record<string, JsonSchema> = {
   },
 }
 
+/** A message name the protocol declares: a misspelt one does not compile. */
 export type WireMessage = keyof typeof V1
 
 /** Every wire schema, by version then message (docs, tests). */
