@@ -2,8 +2,6 @@
 // (the previous version and its own, each against its schema), what it refuses (logged once,
 // counted, nothing returned), and errors rebuilt as the same domain error on the other side.
 import t from 'tap'
-import ts from 'typescript'
-import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { createMetrics } from '../../platform/metrics.js'
 import { InvalidState, LimitReached, NotFound, ShuttingDown } from '../../platform/errors.js'
@@ -11,6 +9,7 @@ import { httpError } from '../../platform/http.js'
 import { Wire, WIRE_VERSION, WIRE_VERSIONS, type WireError, type WireMessage } from '../../platform/wire.js'
 import { wireProblem, wireSchemas } from '../../schemas/wire.js'
 import type { Logger } from '../../platform/logger.js'
+import { refusedLines } from '../support/compile.js'
 
 function setup(writes?: 1 | 2 | 3) {
   const lines: { message: string; fields: Record<string, unknown> }[] = []
@@ -118,17 +117,7 @@ t.test('errors cross as the same domain error, in the version of the request', a
 })
 
 t.test('a message name the protocol does not declare does not compile', async t => {
-  const fixture = fileURLToPath(new URL('./fixtures/wire-names.ts', import.meta.url))
-  const config = ts.readConfigFile(fileURLToPath(new URL('../../tsconfig.json', import.meta.url)), ts.sys.readFile)
-  const { options } = ts.parseJsonConfigFileContent(config.config, ts.sys, fileURLToPath(new URL('../..', import.meta.url)))
-  const program = ts.createProgram([fixture], { ...options, noEmit: true })
-  const refused = ts
-    .getPreEmitDiagnostics(program)
-    .filter(d => d.file?.fileName === fixture)
-    .map(d => d.file!.getLineAndCharacterOfPosition(d.start!).line + 1)
-  const marked = readFileSync(fixture, 'utf8')
-    .split('\n')
-    .flatMap((line, i) => (line.includes('// REFUSED') ? [i + 1] : []))
+  const { refused, marked } = refusedLines(fileURLToPath(new URL('./fixtures/wire-names.ts', import.meta.url)))
   t.equal(marked.length, 3)
-  t.same([...new Set(refused)].sort((a, b) => a - b), marked, 'exactly the misspelt names are refused')
+  t.same(refused, marked, 'exactly the misspelt names are refused')
 })
