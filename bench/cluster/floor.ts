@@ -18,11 +18,11 @@
 import { randomUUID } from 'node:crypto'
 import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node'
 import { jetstreamManager, StorageType, DiscardPolicy } from '@nats-io/jetstream'
-import { createActor } from 'xstate'
-import { initialContext, persistedControl, replyId, SESSION_EFFECTS, sessionMachine } from '../../engine/session/machine.js'
+import { persistedControl } from '../../engine/session/machine.js'
 import { loadNativeUws, type HttpResponse } from '../../gateway/uws.js'
 import { NatsRequests } from '../../platform/bus/nats-requests.js'
 import { coalesceNatsWrites } from '../../platform/bus/nats-writes.js'
+import { floorMachine, type FloorSession } from '../floor-machine.js'
 
 const KEY = process.env.FLOOR_API_KEY ?? ''
 const CHANNEL = '/assistants-channel/api/v1/channel/api/eventstream'
@@ -98,11 +98,8 @@ async function gateway(): Promise<number> {
 
 // ------------------------------------------------------------------ engine
 
-interface Session {
-  id: string
-  actor: ReturnType<typeof createActor<typeof sessionMachine>>
+interface Session extends FloorSession {
   eventSeq: number
-  history: number
   /** Entries not yet appended, and the answers waiting for theirs. */
   pending: unknown[]
   waiting: { seq: number; answer: () => void }[]
@@ -110,7 +107,6 @@ interface Session {
   last: number
   appending: boolean
   frames: string
-  user: { seq: number; text: string }
 }
 
 async function engine() {
@@ -121,7 +117,6 @@ async function engine() {
   await jsm.streams.add({ name: 'FLOOR_EVENTS', subjects: [events('*')], max_msgs_per_subject: 100, ...stream })
   await jsm.streams.add({ name: 'FLOOR_JOURNAL', subjects: [journal('*')], ...stream })
   const sessions = new Map<string, Session>()
-  const ofActor = new WeakMap<object, Session>()
 
   // A session's frames of one loop turn go out as one event message; its entries as one append.
   const dirty = new Set<Session>()
@@ -171,40 +166,19 @@ async function engine() {
     flushSoon(s)
   }
 
-  const effects = Object.fromEntries(SESSION_EFFECTS.map(name => [name, () => {}])) as Record<string, (args: any) => void>
-  const on = (fn: (s: Session, args: any) => void) => (args: any) => fn(ofActor.get(args.self)!, args)
-  effects.announceWaiting = on((s, { context }) => frame(s, 'crew.status.waiting', { sessionId: s.id, agentId: context.agentId }))
-  effects.recordUserMessage = on((s, { event }) => {
-    log(s, 'message.user', event.at, { consumerId: event.consumerId, text: event.text })
-    s.user = { seq: s.history, text: event.text }
-  })
-  effects.startTurn = on((s, { context, event }) => {
-    log(s, 'turn.started', event.at, { turnId: context.turnId, agentId: context.agentId, round: 0 })
-    frame(s, 'crew.status.writing', { sessionId: s.id, agentId: context.agentId, turnId: context.turnId })
-    const text = `Noted: ${s.user.text}`
-    queueMicrotask(() => s.actor.send({ type: 'gen.completed', text, toolCalls: [], at: Date.now() }))
-  })
-  effects.recordReply = on((s, { context, event }) => {
-    const messageId = replyId(context)
-    log(s, 'message.assistant', event.at, { source: 'generated', messageId, turnId: context.turnId, agentId: context.agentId, text: event.text })
-    frame(s, 'assistant.response', { messageId, turnId: context.turnId, index: 0, delta: event.text })
-    frame(s, 'assistant.message', { sessionId: s.id, messageId, turnId: context.turnId, agentId: context.agentId, text: event.text, at: event.at })
-  })
-  const machine = sessionMachine.provide({ actions: effects })
-  const terms = { agents: ['general'], idleTimeoutMs: 600_000, maxToolRounds: 4 }
+  const floor = floorMachine<Session>({ log, frame, reply: text => `Noted: ${text}` })
 
   nc.subscribe('floor.create', {
     queue: 'floor',
     callback: (_, msg: Msg) => {
       const id = msg.string()
       const consumerId = randomUUID()
-      const actor = createActor(machine, { input: initialContext(terms, 'general', Date.now()) })
-      const s: Session = { id, actor, eventSeq: 0, history: 0, pending: [], waiting: [], last: 0, appending: false, frames: '', user: { seq: 0, text: '' } }
-      ofActor.set(actor, s)
+      const s: Session = { id, actor: floor.actor(), eventSeq: 0, history: 0, pending: [], waiting: [], last: 0, appending: false, frames: '', user: { seq: 0, text: '' } }
+      floor.bind(s)
       sessions.set(id, s)
       log(s, 'session.created', Date.now(), { crewId: 'demo', agentId: 'general', consumerId })
       frame(s, 'Initialized', { sessionId: id, consumerId })
-      actor.start()
+      s.actor.start()
       s.waiting.push({ seq: s.history, answer: () => msg.respond('{}') })
     },
   })

@@ -92,7 +92,7 @@ async function run(transport: 'sse' | 'ws', round: number) {
   }
 }
 
-const results = []
+const results: Awaited<ReturnType<typeof run>>[] = []
 for (let round = 1; round <= RUNS; round++) for (const transport of ['sse', 'ws'] as const) results.push(await run(transport, round))
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 const summary = Object.fromEntries(

@@ -16,6 +16,7 @@ import { join } from 'node:path'
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks'
 import { ProfileWindow } from '../profile-window.js'
 import { GcTally } from '../support.js'
+import type { FloorSession } from '../floor-machine.js'
 
 const mode = process.argv[2]
 const KEY = 'bench-key-0000000000000000'
@@ -237,28 +238,22 @@ async function startUws(): Promise<number> {
 async function startFloor(): Promise<number> {
   const { loadNativeUws } = await import('../../gateway/uws.js')
   const { LmdbStore } = await import('../../platform/store/lmdb-store.js')
-  const { createActor } = await import('xstate')
-  const { initialContext, persistedControl, replyId, SESSION_EFFECTS, sessionMachine } = await import('../../engine/session/machine.js')
+  const { persistedControl } = await import('../../engine/session/machine.js')
+  const { floorMachine } = await import('../floor-machine.js')
   const uws = loadNativeUws()
   const app = uws.App()
   const store = new LmdbStore({ path: dataDir('switchboard-floor'), sweepIntervalMs: 0 })
   const journal = store.orderedLog<unknown>('journal')
-  interface S {
-    id: string
+  interface S extends FloorSession {
     res: import('../../gateway/uws.js').HttpResponse
     open: boolean
     beat: NodeJS.Timeout
-    actor: ReturnType<typeof createActor<typeof sessionMachine>>
     seq: number
-    history: number
     pending: { stream: string; position: number; value: unknown }[]
     waiting: { seq: number; resolve: () => void }[]
     frames: string
-    /** The last user message: its seq (what its 201 waits for) and text (what the reply says). */
-    user: { seq: number; text: string }
   }
   const sessions = new Map<string, S>()
-  const ofActor = new WeakMap<object, S>()
   // Frames of one macrotask go in one write per stream; the journal's dirty sessions every 2 ms.
   const toWrite = new Set<S>()
   const frame = (s: S, event: string, data: unknown) => {
@@ -290,27 +285,7 @@ async function startFloor(): Promise<number> {
     }
     dirty.clear()
   }
-  const effects = Object.fromEntries(SESSION_EFFECTS.map(name => [name, () => {}])) as Record<string, (args: any) => void>
-  const on = (fn: (s: S, args: any) => void) => (args: any) => fn(ofActor.get(args.self)!, args)
-  effects.announceWaiting = on((s, { context }) => frame(s, 'crew.status.waiting', { sessionId: s.id, agentId: context.agentId }))
-  effects.recordUserMessage = on((s, { event }) => {
-    log(s, 'message.user', event.at, { consumerId: event.consumerId, text: event.text })
-    s.user = { seq: s.history, text: event.text }
-  })
-  effects.startTurn = on((s, { context, event }) => {
-    log(s, 'turn.started', event.at, { turnId: context.turnId, agentId: context.agentId, round: 0 })
-    frame(s, 'crew.status.writing', { sessionId: s.id, agentId: context.agentId, turnId: context.turnId })
-    const text = `You said: ${s.user.text}`
-    queueMicrotask(() => s.actor.send({ type: 'gen.completed', text, toolCalls: [], at: Date.now() }))
-  })
-  effects.recordReply = on((s, { context, event }) => {
-    const messageId = replyId(context)
-    log(s, 'message.assistant', event.at, { source: 'generated', messageId, turnId: context.turnId, agentId: context.agentId, text: event.text })
-    frame(s, 'assistant.response', { messageId, turnId: context.turnId, index: 0, delta: event.text })
-    frame(s, 'assistant.message', { sessionId: s.id, messageId, turnId: context.turnId, agentId: context.agentId, text: event.text, at: event.at })
-  })
-  const machine = sessionMachine.provide({ actions: effects })
-  const terms = { agents: ['general'], idleTimeoutMs: 600_000, maxToolRounds: 4 }
+  const floor = floorMachine<S>({ log, frame, reply: text => `You said: ${text}` })
   const readJson = (res: import('../../gateway/uws.js').HttpResponse, done: (body: any) => void) => {
     let buffer: Buffer | null = null
     res.onData((chunk, last) => {
@@ -333,10 +308,10 @@ async function startFloor(): Promise<number> {
       if (aborted) return
       const id = randomUUID()
       const consumerId = randomUUID()
-      const actor = createActor(machine, { input: initialContext(terms, 'general', Date.now()) })
+      const actor = floor.actor()
       const s: S = { id, res, open: true, actor, seq: 0, history: 0, pending: [], waiting: [], frames: '', user: { seq: 0, text: '' }, beat: setInterval(() => s.open && res.cork(() => void res.write(`id: ${s.seq}\n${heartbeat}`)), HEARTBEAT_MS) }
       s.beat.unref()
-      ofActor.set(actor, s)
+      floor.bind(s)
       sessions.set(id, s)
       res.onAborted(() => {
         s.open = false
