@@ -19,7 +19,7 @@ import { call, mongoUrlFor } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { ADMIN, CHANNEL, createSession, openSse, type SseClient, type SseEvent } from '../support/sse.js'
 import { crewsFile } from '../engine/fixtures/crews.js'
-import { clusterEnv, outputsOf, startProcess, waitHealthy, type Proc } from '../support/processes.js'
+import { clusterEnv, outputsOf, startTwoByTwo, waitHealthy, type Proc } from '../support/processes.js'
 
 const SESSIONS = 6
 const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
@@ -62,13 +62,8 @@ t.test('SIGTERM: an engine node and a gateway hand over their sessions and strea
     // Far above the replies in progress: a drain that ends before it ended because they did.
     ENGINE_DRAIN_TIMEOUT_MS: '30000',
   })
-  const procs = await Promise.all([
-    startProcess(t, 'gateway-a', { ...env, ROLE: 'gateway' }),
-    startProcess(t, 'gateway-b', { ...env, ROLE: 'gateway' }),
-    startProcess(t, 'engine-1', { ...env, ROLE: 'engine' }),
-    startProcess(t, 'engine-2', { ...env, ROLE: 'engine' }),
-  ])
-  const [gwA, gwB, e1, e2] = procs as [Proc, Proc, Proc, Proc]
+  const procs = await startTwoByTwo(t, env)
+  const [gwA, gwB, e1, e2] = procs
   const outputs = outputsOf(procs, 3000)
   const health = await Promise.all(procs.map(p => waitHealthy(p)))
   const nodeOf = new Map<string, Proc>([

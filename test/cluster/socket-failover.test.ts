@@ -11,7 +11,7 @@ import { OWNERS_BUCKET } from '../../engine/cluster/ownership.js'
 import { mongoUrlFor } from '../support/harness.js'
 import { startNatsServer } from '../support/nats-server.js'
 import { crewsFile } from '../engine/fixtures/crews.js'
-import { clusterEnv, outputsOf, startProcess, waitHealthy, type Proc } from '../support/processes.js'
+import { clusterEnv, outputsOf, startTwoByTwo, waitHealthy } from '../support/processes.js'
 import { createSocketSession, openSocket, type WsClient } from '../support/ws.js'
 
 const sleep = (ms: number) => new Promise<void>(r => setTimeout(r, ms))
@@ -34,13 +34,8 @@ t.test('a socket resumes through the other gateway after kill -9 of its engine n
     // Replies stream word by word, 150 ms apart: the kill lands in the middle of one.
     CREWS_FILE: crewsFile({ patchDemo: { assistant: { provider: 'scripted', chunkDelayMs: 150, fallback: 'You said: {{text}}, and that is all I know about it' } } }),
   })
-  const procs = await Promise.all([
-    startProcess(t, 'gateway-a', { ...env, ROLE: 'gateway' }),
-    startProcess(t, 'gateway-b', { ...env, ROLE: 'gateway' }),
-    startProcess(t, 'engine-1', { ...env, ROLE: 'engine' }),
-    startProcess(t, 'engine-2', { ...env, ROLE: 'engine' }),
-  ])
-  const [gwA, gwB, e1, e2] = procs as [Proc, Proc, Proc, Proc]
+  const procs = await startTwoByTwo(t, env)
+  const [gwA, gwB, e1, e2] = procs
   const outputs = outputsOf(procs)
   const health = await Promise.all(procs.map(p => waitHealthy(p)))
   const nodes = new Map([

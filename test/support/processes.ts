@@ -195,3 +195,13 @@ export function clusterEnv(t: Teardown, links: { natsUrl: string; mongoUrl: stri
 /** The tail of every process's output, for a failure message. */
 export const outputsOf = (procs: Proc[], tail = 4000) => () =>
   procs.map(p => `--- ${p.name}${p.alive() ? '' : ' (exited)'}\n${p.output().slice(-tail)}`).join('\n')
+
+/** Two gateways and two engine nodes of one cluster, started together: [gateway-a, gateway-b, engine-1, engine-2]. */
+export function startTwoByTwo(t: Teardown, env: Record<string, string>): Promise<[Proc, Proc, Proc, Proc]> {
+  return Promise.all([
+    startProcess(t, 'gateway-a', { ...env, ROLE: 'gateway' }),
+    startProcess(t, 'gateway-b', { ...env, ROLE: 'gateway' }),
+    startProcess(t, 'engine-1', { ...env, ROLE: 'engine' }),
+    startProcess(t, 'engine-2', { ...env, ROLE: 'engine' }),
+  ])
+}
