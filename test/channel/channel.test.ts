@@ -208,7 +208,10 @@ t.test('429 once the crew has maxConcurrentSessions live sessions (per account)'
   for (const s of [a, b, globex, again]) s.stream.close()
 })
 
-t.test('hearthbeat every SSE_HEARTBEAT_MS', async t => {
+// Run over the channel's WebSocket too (channel-over-socket.test.ts): there the session's own stream is a socket.
+const overSocket = process.env.CHANNEL_TRANSPORT === 'ws'
+
+t.test('hearthbeat every SSE_HEARTBEAT_MS', { skip: overSocket && 'a socket is kept alive by WebSocket pings, not hearthbeat events' }, async t => {
   const { base } = await startTestService(t, { env: { SSE_HEARTBEAT_MS: '60' } })
   const { stream } = await createSession(base)
   const beat = await stream.next('hearthbeat', 2000)
@@ -227,11 +230,12 @@ t.test('streams and disconnects are counted in metrics', async t => {
     const text = await (await fetch(`${metricsBase}/metrics`)).text()
     return Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? NaN)
   }
-  t.equal(await metric('switchboard_sse_streams_open'), 2)
+  t.equal(await metric('switchboard_sse_streams_open'), overSocket ? 1 : 2)
+  if (overSocket) t.equal(await metric('switchboard_channel_sockets_open'), 1, "the session's own stream is counted as a socket")
   t.equal(await metric('switchboard_sessions_live'), 1)
   listener.close()
   t.equal(await eventually(() => metric('switchboard_sse_client_disconnects_total'), n => n >= 1), 1)
-  t.equal(await metric('switchboard_sse_streams_open'), 1)
+  t.equal(await metric('switchboard_sse_streams_open'), overSocket ? 0 : 1)
   stream.close()
 })
 

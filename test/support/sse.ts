@@ -145,8 +145,18 @@ export async function openSse(
 export const CHANNEL = '/assistants-channel/api/v1/channel/api/eventstream'
 export const ADMIN = '/engine/api/administration/session'
 
-/** Creates a session on crew `demo` (or `crewId`) and waits for Initialized. */
-export async function createSession(base: string, options: OpenOptions & { crewId?: string } = {}) {
+/**
+ * Creates a session on crew `demo` (or `crewId`) and waits for Initialized. With
+ * CHANNEL_TRANSPORT=ws the session is opened over the channel's WebSocket instead (the same
+ * body), and its stream is the socket: a suite written against SSE runs over both transports.
+ */
+export async function createSession(base: string, options: OpenOptions & { crewId?: string } = {}): Promise<{ stream: SseClient; sessionId: string; consumerId: string; init: SseEvent }> {
+  if (process.env.CHANNEL_TRANSPORT === 'ws') {
+    const { createSocketSession } = await import('./ws.js')
+    const { socket, ...opened } = await createSocketSession(base, (options.body ?? {}) as Record<string, unknown>, { key: options.key, headers: options.headers, crewId: options.crewId })
+    // The socket has what a suite reads of a stream (events, next, names, close), not an HTTP response's status or headers.
+    return { stream: socket as unknown as SseClient, ...opened }
+  }
   const opened = await openSse(base, 'POST', `${CHANNEL}/${options.crewId ?? 'demo'}`, { body: options.body ?? {}, ...options })
   if (!opened.stream) throw new Error(`session create answered ${opened.status}: ${JSON.stringify(opened.json)}`)
   const init = await opened.stream.next('Initialized')

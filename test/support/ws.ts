@@ -142,6 +142,11 @@ export class WsClient {
   close() {
     this.ws.close()
   }
+
+  /** Waits until the server closes the socket (as SseClient.ended_ waits for the stream's end). */
+  async ended_(timeoutMs = 15_000) {
+    await Promise.race([this.done, new Promise((_, reject) => setTimeout(() => reject(new Error('socket did not close')), timeoutMs).unref())])
+  }
 }
 
 /** Opens a channel socket (the apikey header unless `key: null`); resolves once open or refused. */
