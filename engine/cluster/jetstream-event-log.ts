@@ -27,6 +27,7 @@ import {
   type JetStreamManager,
 } from '@nats-io/jetstream'
 import { isWrongLastSequence, nanos, openStream } from './jetstream-streams.js'
+import { writeNatsNow } from '../../platform/bus/nats-writes.js'
 import { Unavailable } from '../../platform/errors.js'
 import type { Logger } from '../../platform/logger.js'
 import type { Wire } from '../../platform/wire.js'
@@ -98,6 +99,7 @@ export class JetStreamEventLog implements EventLog {
     this.flushing = false
     for (const [sessionId, events] of this.batches) this.publish(sessionId, events.length === 1 ? events[0]! : { kind: 'batch', events })
     this.batches.clear()
+    writeNatsNow()
   }
 
   private publish(sessionId: string, message: WireStreamEvent | { kind: 'batch'; events: WireStreamEvent[] }) {

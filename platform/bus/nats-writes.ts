@@ -14,23 +14,34 @@ import type { Socket } from 'node:net'
 type Sending = { socket?: Socket; isClosed?: boolean; send(frame: Uint8Array): void }
 
 let installed = false
+/** Sockets corked in this turn of the loop (a handful: one per connection). */
+const corked = new Set<Socket>()
+
+function uncork(socket: Socket) {
+  if (corked.delete(socket)) socket.uncork()
+}
 
 export function coalesceNatsWrites() {
   if (installed) return
   installed = true
   const proto = NodeTransport.prototype as unknown as Sending
   const send = proto.send
-  const corked = new WeakSet<Socket>()
   proto.send = function (this: Sending, frame: Uint8Array) {
     const socket = this.socket
     if (socket && !this.isClosed && !corked.has(socket) && !socket.destroyed) {
       corked.add(socket)
       socket.cork()
-      setImmediate(() => {
-        corked.delete(socket)
-        socket.uncork()
-      })
+      setImmediate(() => uncork(socket))
     }
     send.call(this, frame)
   }
+}
+
+/**
+ * Writes what is gathered now. For what publishes at the end of a loop turn itself (from its own
+ * setImmediate, as the session event log does): its writes go out in this turn of the loop, not
+ * the next one.
+ */
+export function writeNatsNow() {
+  for (const socket of [...corked]) uncork(socket)
 }
