@@ -18,7 +18,7 @@ import { httpError, type Principal, type SocketHandler, type SocketLink } from '
 import type { Logger } from '../../platform/logger.js'
 import { conversationRelaySchemas, RELAY_FRAME_TYPES, schemas, type RelayFrameType } from '../../schemas/index.js'
 import type { SessionTarget, SessionTransport } from '../transport.js'
-import { sendUserMessage } from './channel-commands.js'
+import { endSession, sendUserMessage } from './channel-commands.js'
 import type { ChannelHub, StreamOpener } from './hub.js'
 import { CHANNEL_CLOSE, SocketStream } from './socket-stream.js'
 
@@ -37,6 +37,9 @@ export interface ConversationRelayDeps {
 /** How a key press reaches the assistant: a user message with this prefix, then the digit. */
 export const DTMF_PREFIX = '[DTMF] '
 
+/** Why a session ends when its call does (report status `completed`). */
+export const CALL_ENDED = 'call_ended'
+
 /** `waiting` for setup; `opening` the session (frames wait for it); `ready`; `closed`. */
 type Phase = 'waiting' | 'opening' | 'ready' | 'closed'
 
@@ -53,6 +56,10 @@ export class ConversationRelay implements SocketHandler {
   private speaking: { messageId: string; sent: string } | null = null
   /** The reply the caller talked over: none of it is sent any more. */
   private cut: string | null = null
+  /** `end` was sent: the session is the SIP side's now. */
+  private handedOff = false
+  /** The platform closed the socket (the call ended) rather than us. */
+  private hungUp = false
 
   constructor(
     private readonly deps: ConversationRelayDeps,
@@ -66,8 +73,23 @@ export class ConversationRelay implements SocketHandler {
   }
 
   closed() {
+    const wasReady = this.phase === 'ready'
     this.phase = 'closed'
+    this.hungUp = !this.handedOff && this.stream?.closedByClient === true
     this.stream?.closedBySocket()
+    if (wasReady) this.hangUp()
+  }
+
+  /**
+   * The platform closed the socket: the call is over (a platform does not resume a relay), so is
+   * its session, unless it was handed off (the human's side uses it) or we closed the socket.
+   */
+  private hangUp() {
+    if (!this.hungUp || !this.target) return
+    const target = this.target
+    endSession(this.deps.transport, target, CALL_ENDED).catch(error => {
+      if (httpError(error)?.status !== 404) this.deps.logger.warn('conversation relay: ending the session of a finished call failed', { sessionId: target.sessionId, error })
+    })
   }
 
   message(text: string) {
@@ -122,7 +144,7 @@ export class ConversationRelay implements SocketHandler {
       if (this.phase === 'opening') {
         this.phase = 'ready'
         for (const frame of this.early.splice(0)) this.act(frame)
-      }
+      } else queueMicrotask(() => this.hangUp()) // the call ended while its session opened
       return stream
     }
   }
@@ -193,10 +215,12 @@ export class ConversationRelay implements SocketHandler {
       case 'session.transferred': {
         // The call goes to a human: the platform ends the relay and hands the session id on.
         const reason = `transferred to ${String(data.agentId)}`
+        this.handedOff = true
         queueMicrotask(() => this.stream.close(CHANNEL_CLOSE.sessionClosed, `session handed off: ${reason}`))
         return JSON.stringify(endFrame({ sessionId: this.target?.sessionId, reason: 'transferred', from: data.from, agentId: data.agentId }))
       }
       case 'session.closed':
+        this.handedOff = true
         return JSON.stringify(endFrame({ sessionId: this.target?.sessionId, reason: data.reason }))
     }
     return null
@@ -206,6 +230,7 @@ export class ConversationRelay implements SocketHandler {
   private end(handoff: Record<string, unknown>, reason: string) {
     if (this.phase === 'closed' || this.stream.closed) return
     this.phase = 'closed'
+    this.handedOff = true
     this.stream.reply(endFrame({ sessionId: this.target?.sessionId, ...handoff }))
     this.stream.close(CHANNEL_CLOSE.sessionClosed, reason)
   }

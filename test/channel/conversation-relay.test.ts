@@ -10,6 +10,7 @@ import t from 'tap'
 import WebSocket from 'ws'
 import { call, KEYS, startTestService } from '../support/harness.js'
 import { ADMIN } from '../support/sse.js'
+import { handshake } from '../support/ws.js'
 import { crewsFile } from '../engine/fixtures/crews.js'
 
 const RELAY = '/assistants-channel/api/v1/channel/api/conversation-relay'
@@ -43,19 +44,7 @@ class Platform {
   readonly ready: Promise<void>
 
   constructor(readonly ws: WebSocket) {
-    this.ready = new Promise<void>((resolve, reject) => {
-      ws.once('open', () => resolve())
-      ws.once('unexpected-response', (_req, res) => {
-        let text = ''
-        res.on('data', (c: Buffer) => (text += c))
-        res.on('end', () => {
-          this.refused = { status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined }
-          reject(new Error(`refused ${res.statusCode}`))
-        })
-      })
-      ws.once('error', reject)
-    })
-    this.ready.catch(() => {})
+    this.ready = handshake(ws, refused => (this.refused = refused))
     ws.on('message', data => {
       this.frames.push(JSON.parse(String(data)))
       this.wake()
@@ -118,14 +107,15 @@ async function connect(base: string, token: string | null, headers: Record<strin
 
 const issue = async (base: string, body: unknown, key?: string) => call(base, 'POST', `${RELAY}/tokens`, { body, key })
 
-/** The only live session of the account (each test has its own service). */
-async function liveSession(base: string) {
+/** The live session of the account not in `known` (each test has its own service). */
+async function liveSession(base: string, known: string[] = []) {
   for (let i = 0; i < 100; i++) {
     const listed = (await call(base, 'GET', `${SESSIONS}?state=live`, { headers: USER })).json.data as any[]
-    if (listed.length === 1) return listed[0].sessionId as string
+    const fresh = listed.filter(s => !known.includes(s.sessionId))
+    if (fresh.length === 1) return fresh[0].sessionId as string
     await new Promise(r => setTimeout(r, 100))
   }
-  throw new Error('no live session')
+  throw new Error('no new live session')
 }
 
 t.test('tokens: issued with the key for one crew, reusable until they expire, refused when forged or expired', async t => {
@@ -268,8 +258,7 @@ t.test('hand-off: an administration transfer or destroy sends end with the sessi
   second.send(setupFrame())
   second.send(prompt('hi'))
   await second.reply()
-  const listed = (await call(base, 'GET', `${SESSIONS}?state=live`, { headers: USER })).json.data as any[]
-  const secondId = listed.find(s => s.sessionId !== sessionId).sessionId
+  const secondId = await liveSession(base, [sessionId])
   t.equal((await call(base, 'DELETE', `${ADMIN}/${secondId}`, { headers: USER })).status, 204)
   await second.until(f => f.some(x => x.type === 'end'), 'the end frame')
   t.same(JSON.parse(second.frames.find(f => f.type === 'end').handoffData), { sessionId: secondId, reason: 'admin_destroyed' })
@@ -318,4 +307,22 @@ t.test('the handshake signature: with a relay secret, X-Twilio-Signature must si
   const globexToken = (await issue(base, { crewId: 'demo' }, KEYS.globex)).json.token
   t.equal((await connect(base, globexToken)).refused, null, 'an account without a relay secret is not checked')
   signed.ws.close()
+})
+
+t.test('hang-up: the platform closing the socket ends the call, and its session with it', async t => {
+  const { base } = await startTestService(t)
+  const platform = await connect(base, (await issue(base, { crewId: 'demo' })).json.token)
+  platform.send(setupFrame())
+  platform.send(prompt('hi'))
+  await platform.reply()
+  const sessionId = await liveSession(base)
+  platform.ws.close(1000)
+  let status = 200
+  for (let i = 0; i < 100 && status === 200; i++) {
+    await new Promise(r => setTimeout(r, 100))
+    status = (await call(base, 'GET', `${ADMIN}/${sessionId}/snapshot`, { headers: USER })).status
+  }
+  t.equal(status, 404, 'the session is closed: it holds no place of the crew')
+  const closed = (await call(base, 'GET', `${SESSIONS}?state=closed`, { headers: USER })).json.data as any[]
+  t.match(closed, [{ sessionId, endReason: 'call_ended' }], 'ended as call_ended')
 })
