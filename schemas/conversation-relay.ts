@@ -46,8 +46,8 @@ export const conversationRelaySchemas = {
   ),
   /** A key the caller pressed. */
   'relay.dtmf': frame('dtmf', { digit: { ...nonEmptyString, maxLength: 8 } }, ['digit'] as const),
-  /** Something went wrong on the platform's side (logged). */
-  'relay.error': frame('error', { description: { type: 'string', maxLength: 4096 } }, [] as const),
+  /** Something went wrong on the platform's side (logged, cut to 1,000 characters; it may echo a whole frame). */
+  'relay.error': frame('error', { description: { type: 'string' } }, [] as const),
   /** What we send: a piece of the reply to speak (`last: true` on the final one), or the end of the relay. */
   'relay.out': {
     oneOf: [

@@ -100,7 +100,7 @@ export class ConversationRelay implements SocketHandler {
       if (this.phase !== 'waiting') return this.refuse(CHANNEL_CLOSE.error(409), 'ALREADY_SET_UP', 'a second setup frame: one socket carries one call')
       return this.setup(frame)
     }
-    if (frame.type === 'error') return void this.deps.logger.warn('conversation relay: the platform reports an error', { sessionId: this.target?.sessionId, description: frame.description })
+    if (frame.type === 'error') return void this.deps.logger.warn('conversation relay: the platform reports an error', { sessionId: this.target?.sessionId, description: frame.description?.slice(0, 1000) })
     if (this.phase === 'waiting') return this.refuse(CHANNEL_CLOSE.error(409), 'NOT_READY', `a ${frame.type} frame before setup`)
     if (this.phase === 'opening') return void this.early.push(frame)
     this.act(frame)
