@@ -37,6 +37,9 @@ export interface ConversationRelayDeps {
 /** How a key press reaches the assistant: a user message with this prefix, then the digit. */
 export const DTMF_PREFIX = '[DTMF] '
 
+/** Frames held while a call's session opens (a few milliseconds: a platform sends a prompt or two). */
+const MAX_EARLY_FRAMES = 32
+
 /** Why a session ends when its call does (report status `completed`). */
 export const CALL_ENDED = 'call_ended'
 
@@ -102,7 +105,10 @@ export class ConversationRelay implements SocketHandler {
     }
     if (frame.type === 'error') return void this.deps.logger.warn('conversation relay: the platform reports an error', { sessionId: this.target?.sessionId, description: frame.description?.slice(0, 1000) })
     if (this.phase === 'waiting') return this.refuse(CHANNEL_CLOSE.error(409), 'NOT_READY', `a ${frame.type} frame before setup`)
-    if (this.phase === 'opening') return void this.early.push(frame)
+    if (this.phase === 'opening') {
+      if (this.early.length >= MAX_EARLY_FRAMES) return this.refuse(CHANNEL_CLOSE.error(429), 'TOO_MANY_FRAMES', `more than ${MAX_EARLY_FRAMES} frames while the session opens`)
+      return void this.early.push(frame)
+    }
     this.act(frame)
   }
 

@@ -193,6 +193,8 @@ t.test('bad frames: malformed JSON and invalid frames close with a reason; unkno
   platform.send(setupFrame())
   platform.send({ type: 'somethingNew', foo: 1 })
   platform.send({ type: 'error', description: 'Invalid message received: { "foo" : "bar" }' })
+  // Telnyx sends the duration as a number, Twilio as a string; nothing is being said: no harm.
+  platform.send({ type: 'interrupt', utteranceUntilInterrupt: '', durationUntilInterruptMs: 1820 })
   platform.send(prompt('hi'))
   t.equal((await platform.reply()).text, 'Hello! How can I help you today?', 'the call goes on')
   platform.ws.close()
