@@ -21,6 +21,8 @@ import { Presence, watchRoute } from './supervision/session-watch.js'
 import { channelRoutes, listenPath } from './routes/channel.js'
 import { channelSocketRoutes } from './routes/channel-socket.js'
 import { SocketTickets } from '../gateway/socket-tickets.js'
+import { RelayTokens } from '../gateway/relay-tokens.js'
+import { conversationRelayRoutes } from './routes/conversation-relay.js'
 import { InProcessTransport, type SessionTransport } from './transport.js'
 import { EngineNode, NatsSessionTransport } from './cluster/nats-transport.js'
 import { NodeDirectory, Ownership } from './cluster/ownership.js'
@@ -100,9 +102,22 @@ function newTickets(platform: Platform) {
   return new SocketTickets(platform.store, config.dialer.uploadSigningSecret, platform.clock, config.channel.socket.ticketTtlMs)
 }
 
-/** The channel over a WebSocket, and its tickets. */
+/** The channel over a WebSocket, and its tickets; ConversationRelay, and its tokens. */
 function socketRoutes(platform: Platform, hub: ChannelHub, transport: SessionTransport, tickets: SocketTickets) {
-  return channelSocketRoutes({ hub, transport, logger: platform.logger.child({ channel: 'socket' }), maxJsonDepth: platform.config.edge.maxJsonDepth }, tickets)
+  const { config } = platform
+  const { relay } = config.channel
+  const maxJsonDepth = config.edge.maxJsonDepth
+  return [
+    ...channelSocketRoutes({ hub, transport, logger: platform.logger.child({ channel: 'socket' }), maxJsonDepth }, tickets),
+    ...conversationRelayRoutes(
+      { hub, transport, logger: platform.logger.child({ channel: 'conversation-relay' }), maxJsonDepth },
+      {
+        tokens: new RelayTokens(config.dialer.uploadSigningSecret, platform.clock, relay.tokenTtlMs),
+        authTokenOf: accountId => relay.authTokens.byAccount[accountId] ?? relay.authTokens.all,
+        publicBaseUrl: config.publicBaseUrl,
+      },
+    ),
+  ]
 }
 
 /** The supervisors' lifecycle feed and watch streams. */

@@ -9,6 +9,8 @@ export interface RequestHead {
   method: string
   url: string
   readonly query: URLSearchParams
+  /** The query string as sent (without `?`): what a signature over the URL covers. */
+  rawQuery: string
   headers: Record<string, string>
   params: Record<string, string>
   /**
@@ -100,6 +102,7 @@ export function readHead(req: HttpRequest, res: HttpResponse, names: string[], l
   return {
     method: req.getMethod(),
     url,
+    rawQuery,
     // Parsed when first read: most requests (a message, a listen) have no query string.
     get query() {
       return (query ??= new URLSearchParams(rawQuery))

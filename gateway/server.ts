@@ -234,6 +234,7 @@ export class Gateway {
       url: head.url,
       params: head.params,
       query: head.query,
+      rawQuery: head.rawQuery,
       headers: head.headers,
       principal,
       requestId,

@@ -9,10 +9,11 @@
 // secret). Single use is the store's: the first redemption inserts the nonce (expiring with the
 // ticket), a second finds it there. The store and the secret are shared by every gateway, so a
 // ticket is good once, through any of them.
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import type { Clock } from '../platform/clock.js'
 import type { Principal, SocketScope } from '../platform/http.js'
 import { DuplicateKeyError, type Store } from '../platform/store/index.js'
+import { ClaimSeal } from './signed-claims.js'
 
 const LABEL = 'switchboard.socket-ticket.v1.'
 /** The subprotocol prefix a browser offers a ticket under. */
@@ -33,26 +34,25 @@ interface TicketClaims {
 export class SocketTickets {
   static readonly collection = 'channel_socket_tickets'
 
+  private readonly seal: ClaimSeal<TicketClaims>
+
   constructor(
     private readonly store: Store,
-    private readonly secret: string,
+    secret: string,
     private readonly clock: Clock,
     private readonly ttlMs: number,
-  ) {}
+  ) {
+    this.seal = new ClaimSeal(secret, LABEL)
+  }
 
   async init() {
     await this.store.ensureIndexes(SocketTickets.collection, [{ name: 'expires_ttl', key: { expiresAt: 1 }, expireAfterSeconds: 0 }])
   }
 
-  private sign(payload: string) {
-    return createHmac('sha256', this.secret).update(LABEL).update(payload).digest('base64url')
-  }
-
   issue(principal: Principal, scope: SocketScope): { ticket: string; expiresAt: string } {
     const expires = this.clock.now() + this.ttlMs
     const claims: TicketClaims = { a: principal.accountId, k: principal.keyId, ...(scope.crewId ? { c: scope.crewId } : {}), ...(scope.sessionId ? { s: scope.sessionId } : {}), e: expires, n: randomBytes(16).toString('base64url') }
-    const payload = Buffer.from(JSON.stringify(claims)).toString('base64url')
-    return { ticket: `${payload}.${this.sign(payload)}`, expiresAt: new Date(expires).toISOString() }
+    return { ticket: this.seal.seal(claims), expiresAt: new Date(expires).toISOString() }
   }
 
   /** The grant of a valid ticket, used now; null when it is malformed, forged, expired or used. */
@@ -72,21 +72,8 @@ export class SocketTickets {
   }
 
   private verify(ticket: string): TicketClaims | null {
-    if (ticket.length > 1024) return null
-    const dot = ticket.indexOf('.')
-    if (dot <= 0) return null
-    const payload = ticket.slice(0, dot)
-    const given = Buffer.from(ticket.slice(dot + 1), 'base64url')
-    const expected = Buffer.from(this.sign(payload), 'base64url')
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) return null
-    let claims: TicketClaims
-    try {
-      claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'))
-    } catch {
-      return null
-    }
-    if (typeof claims.e !== 'number' || claims.e <= this.clock.now() || typeof claims.n !== 'string' || typeof claims.a !== 'string') return null
-    return claims
+    const claims = this.seal.open(ticket, this.clock.now())
+    return claims && typeof claims.n === 'string' && typeof claims.a === 'string' ? claims : null
   }
 }
 

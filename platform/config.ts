@@ -132,6 +132,13 @@ export interface Config {
       /** How long a ticket (POST .../socket/tickets) may wait for its one use. */
       ticketTtlMs: number
     }
+    /** The ConversationRelay endpoint (engine/streams/conversation-relay.ts). */
+    relay: {
+      /** The longest (and default) life of a relay token (POST .../conversation-relay/tokens); reusable until then. */
+      tokenTtlMs: number
+      /** The platform's signing secret (Twilio auth token): one for every account, and per account. Unset: no signature check. */
+      authTokens: { all?: string; byAccount: Record<string, string> }
+    }
   }
   engine: {
     /** A session without activity for this long is closed as abandoned. */
@@ -402,6 +409,10 @@ export function loadConfig(env: Env = process.env): Config {
         maxFrameBytes: int(env, 'CHANNEL_SOCKET_MAX_FRAME_BYTES', 128 * 1024, 1024),
         ticketTtlMs: int(env, 'CHANNEL_SOCKET_TICKET_TTL_MS', 30_000, 1000),
       },
+      relay: {
+        tokenTtlMs: int(env, 'CONVERSATION_RELAY_TOKEN_TTL_MS', 24 * 60 * 60_000, 1000),
+        authTokens: relayAuthTokens(env),
+      },
     },
     engine: {
       sessionIdleTimeoutMs: int(env, 'SESSION_IDLE_TIMEOUT_MS', 30 * 60_000, 100),
@@ -507,6 +518,27 @@ function dialerProviders(env: Env): Config['dialer']['providers'] {
     throw new ConfigError('DIALER_PROVIDERS uses webhook: DIALER_WEBHOOK_URL and DIALER_WEBHOOK_SECRET must be set')
   }
   return providers
+}
+
+/**
+ * CONVERSATION_RELAY_AUTH_TOKEN: comma-separated; `account=secret` for one account, a bare
+ * `secret` for every account without one of its own.
+ */
+function relayAuthTokens(env: Env): Config['channel']['relay']['authTokens'] {
+  const tokens: Config['channel']['relay']['authTokens'] = { byAccount: {} }
+  for (const part of (env.CONVERSATION_RELAY_AUTH_TOKEN ?? '').split(',').map(p => p.trim()).filter(Boolean)) {
+    const eq = part.indexOf('=')
+    if (eq < 0) {
+      if (tokens.all !== undefined) throw new ConfigError('CONVERSATION_RELAY_AUTH_TOKEN: more than one secret for every account')
+      tokens.all = part
+      continue
+    }
+    const account = part.slice(0, eq).trim()
+    const secret = part.slice(eq + 1).trim()
+    if (!account || !secret) throw new ConfigError(`CONVERSATION_RELAY_AUTH_TOKEN: "${account}=…" needs an account and a secret`)
+    tokens.byAccount[account] = secret
+  }
+  return tokens
 }
 
 const MIN_WEBHOOK_SECRET_BYTES = 32

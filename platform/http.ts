@@ -133,6 +133,8 @@ export interface SocketScope {
 export interface SocketContext extends Omit<RequestContext, 'body' | 'json' | 'input'> {
   /** Set when the upgrade was authenticated by a ticket rather than an API key. */
   scope?: SocketScope
+  /** The query string as sent (without `?`), for a signature over the whole URL. */
+  rawQuery: string
 }
 
 /**

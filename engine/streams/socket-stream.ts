@@ -44,7 +44,11 @@ export class SocketStream implements ConsumerStream {
   private endedByServer = false
   private readonly closeListeners: (() => void)[] = []
 
-  constructor(private readonly link: SocketLink) {}
+  constructor(
+    private readonly link: SocketLink,
+    /** The frame an event goes out as (`body`: its SSE lines); null: this socket does not carry it. */
+    private readonly encode: (id: number, body: string) => string | null = jsonEventFrame,
+  ) {}
 
   /** The hub opened it as a consumer's stream. */
   bind(hooks: StreamHooks): this {
@@ -84,7 +88,9 @@ export class SocketStream implements ConsumerStream {
   }
 
   send(id: number, body: string): boolean {
-    return this.queue({ text: jsonEventFrame(id, body), eventId: id })
+    const text = this.encode(id, body)
+    if (text === null) return !this.link.closed
+    return this.queue({ text, eventId: id })
   }
 
   /** An answer to a client's frame (ack or error), in order with the events. */
@@ -124,7 +130,8 @@ export class SocketStream implements ConsumerStream {
   end(last?: LastFrame, why: StreamEnd = { why: 'session_closed', reason: '' }) {
     if (this.link.closed) return
     this.flush()
-    if (last) this.link.send(jsonEventFrame(last.id, last.body))
+    const lastText = last && this.encode(last.id, last.body)
+    if (lastText) this.link.send(lastText)
     const resume = `resume with lastEventId=${last?.id ?? this.position}`
     switch (why.why) {
       case 'session_closed':

@@ -15,6 +15,27 @@ export interface SocketOptions {
   query?: string
 }
 
+/**
+ * Resolves once the socket is open; rejects when the handshake is refused, after handing its
+ * status and JSON body to `onRefused`. Never an unhandled rejection.
+ */
+export function handshake(ws: WebSocket, onRefused: (refused: { status: number; body: any }) => void): Promise<void> {
+  const opened = new Promise<void>((resolve, reject) => {
+    ws.once('open', () => resolve())
+    ws.once('unexpected-response', (_req, res) => {
+      let text = ''
+      res.on('data', (c: Buffer) => (text += c))
+      res.on('end', () => {
+        onRefused({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined })
+        reject(new Error(`handshake refused: ${res.statusCode} ${text}`))
+      })
+    })
+    ws.once('error', reject)
+  })
+  opened.catch(() => {})
+  return opened
+}
+
 export class WsClient {
   /** Every frame, in order. */
   readonly frames: any[] = []
@@ -31,20 +52,10 @@ export class WsClient {
   private nextId = 1
 
   constructor(readonly ws: WebSocket) {
-    this.opened = new Promise((resolve, reject) => {
-      ws.once('open', () => resolve())
-      ws.once('unexpected-response', (_req, res) => {
-        let text = ''
-        res.on('data', (c: Buffer) => (text += c))
-        res.on('end', () => {
-          this.refused = { status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined }
-          reject(new Error(`handshake refused: ${res.statusCode} ${text}`))
-          this.wake()
-        })
-      })
-      ws.once('error', reject)
+    this.opened = handshake(ws, refused => {
+      this.refused = refused
+      this.wake()
     })
-    this.opened.catch(() => {})
     ws.on('message', (data, isBinary) => {
       const frame = isBinary ? { binary: true } : JSON.parse(String(data))
       this.frames.push(frame)
