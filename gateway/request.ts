@@ -131,36 +131,74 @@ const hasBody = (head: RequestHead) =>
   head.headers['transfer-encoding'] !== undefined || Number(head.headers['content-length'] ?? 0) > 0
 
 export const bodyTooLarge = (limit: number) =>
-  new ApiError(413, 'PAYLOAD_TOO_LARGE', `Request body exceeds the limit of ${limit} bytes`)
+  new ApiError(413, 'PAYLOAD_TOO_LARGE', `Request body exceeds the limit of ${limit} bytes`, { maxBytes: limit })
 
-/** Buffers the whole body up to `limit` bytes; rejects with 413 beyond it. */
-export function readBody(res: HttpResponse, head: RequestHead, limit: number): Promise<Buffer> {
+/**
+ * Buffers the whole body up to `limit` bytes; rejects with 413 beyond it. A body over the limit
+ * is refused as soon as it crosses it (nothing more is kept) but its rest is still read and
+ * dropped, up to `drainBytes` more and `drainMs`, before the 413 goes out: an answer sent while
+ * the client still sends makes uWS close the connection under it, and the client sees a reset
+ * instead of the answer. Past either bound (or a body declared beyond it) the 413 goes out at
+ * once and the connection is closed.
+ */
+export function readBody(res: HttpResponse, head: RequestHead, limit: number, drainBytes = limit, drainMs = 2000): Promise<Buffer> {
   if (!hasBody(head)) return Promise.resolve(Buffer.alloc(0))
   const declared = Number(head.headers['content-length'] ?? 0)
-  if (declared > limit) return Promise.reject(bodyTooLarge(limit))
+  if (declared > limit + drainBytes) {
+    head.closeConnection = true
+    return Promise.reject(bodyTooLarge(limit))
+  }
   return new Promise((resolve, reject) => {
+    // Sized: one buffer of its length, each chunk copied into it (no second copy to join them).
+    let whole = declared > 0 && declared <= limit ? Buffer.allocUnsafe(declared) : undefined
     const chunks: Buffer[] = []
     let size = 0
-    let failed = false
+    let over = false
+    let settled = false
+    let timer: NodeJS.Timeout | undefined
+    const fail = (error: unknown) => {
+      settled = true
+      chunks.length = 0
+      whole = undefined
+      clearTimeout(timer)
+      reject(error)
+    }
+    const refuse = () => {
+      over = true
+      chunks.length = 0
+      whole = undefined
+      timer = setTimeout(() => {
+        head.closeConnection = true
+        if (!settled) fail(bodyTooLarge(limit))
+      }, drainMs)
+    }
+    if (declared > limit) refuse()
     res.onData((chunk, isLast) => {
-      if (failed) return
+      if (settled) return
       // A throw here would surface in uWS's native callback as an uncaught exception.
       try {
         size += chunk.byteLength
-        if (size > limit) {
-          failed = true
-          reject(bodyTooLarge(limit))
+        if (!over && size > limit) refuse()
+        if (over) {
+          if (isLast) return fail(bodyTooLarge(limit))
+          if (size > limit + drainBytes) {
+            head.closeConnection = true
+            fail(bodyTooLarge(limit))
+          }
           return
         }
-        // Copied now: uWS reuses the chunk's memory once this returns. A body in one chunk (most
-        // of them) is that copy; only a body in several is joined.
+        // Copied now: uWS reuses the chunk's memory once this returns.
+        if (whole) {
+          whole.set(new Uint8Array(chunk), size - chunk.byteLength)
+          if (isLast) resolve(size === whole.length ? whole : whole.subarray(0, size))
+          return
+        }
         const copy = Buffer.from(chunk.slice(0))
         if (isLast && chunks.length === 0) return resolve(copy)
         chunks.push(copy)
         if (isLast) resolve(Buffer.concat(chunks, size))
       } catch (error) {
-        failed = true
-        reject(error)
+        fail(error)
       }
     })
   })
