@@ -289,15 +289,32 @@ const CLOSE_BRACE = 0x7d
 const CLOSE_BRACKET = 0x5d
 const QUOTE = 0x22
 const BACKSLASH = 0x5c
+const COMMA = 0x2c
+const COLON = 0x3a
+
+/** What a JSON body may hold before it is parsed: its nesting, and the route's bounds (schemas/body-bounds.ts). */
+export interface JsonShapeLimits {
+  maxDepth: number
+  /** Keys plus array elements. */
+  maxValues?: number
+  /** Bytes of the longest string, key or value, quotes included. */
+  maxStringBytes?: number
+}
 
 /**
- * True when the JSON text nests objects/arrays deeper than `max`. One linear pass over the bytes
- * (no recursion), so it is safe on any input; JSON.parse and everything after it (schema
- * validation, serialization, persistence) recurse and overflow the stack on deep enough values.
- * Brackets inside strings do not count; UTF-8 continuation bytes never equal these ASCII bytes.
+ * Which bound of `limits` the JSON text breaks, or undefined. One linear pass over the bytes (no
+ * recursion), so it is safe on any input, and it stops at the first bound broken: JSON.parse and
+ * everything after it (schema validation, serialization, persistence) recurse and overflow the
+ * stack on deep enough values, and cost in proportion to the values and string lengths they
+ * meet. Values are counted by their separators: an object of k keys has k colons and k - 1
+ * commas, an array of n elements n - 1 commas, so a body of v values has at most 2 v. Brackets
+ * and separators inside strings do not count; UTF-8 continuation bytes never equal these ASCII bytes.
  */
-export function jsonDeeperThan(bytes: Buffer, max: number): boolean {
+export function jsonShapeBreaks(bytes: Buffer, limits: JsonShapeLimits): 'depth' | 'values' | 'string' | undefined {
+  const maxSeparators = 2 * (limits.maxValues ?? Infinity)
+  const maxString = limits.maxStringBytes ?? Infinity
   let depth = 0
+  let separators = 0
   for (let i = 0; i < bytes.length; i++) {
     const byte = bytes[i]
     if (byte === QUOTE) {
@@ -309,22 +326,43 @@ export function jsonDeeperThan(bytes: Buffer, max: number): boolean {
         if (slashes % 2 === 0) break
         end = bytes.indexOf(QUOTE, end + 1)
       }
-      if (end === -1) return false // unterminated: JSON.parse reports it
+      if (end === -1) return undefined // unterminated: JSON.parse reports it
+      if (end - i + 1 > maxString) return 'string'
       i = end
+    } else if (byte === COMMA || byte === COLON) {
+      if (++separators > maxSeparators) return 'values'
     } else if (byte === OPEN_BRACE || byte === OPEN_BRACKET) {
-      if (++depth > max) return true
+      if (++depth > limits.maxDepth) return 'depth'
     } else if (byte === CLOSE_BRACE || byte === CLOSE_BRACKET) depth--
   }
-  return false
+  return undefined
+}
+
+/** True when the JSON text nests objects/arrays deeper than `max` (jsonShapeBreaks, depth alone). */
+export function jsonDeeperThan(bytes: Buffer, max: number): boolean {
+  return jsonShapeBreaks(bytes, { maxDepth: max }) === 'depth'
 }
 
 export const jsonTooDeep = (max: number) =>
   new Invalid('JSON_TOO_DEEP', `The request body nests objects and arrays deeper than ${max} levels`, { maxDepth: max })
 
-/** Parses a JSON body: empty is undefined; too deep, malformed or unparseable is Invalid (a 400). */
-export function parseJsonBody(body: Buffer, maxDepth: number): unknown {
+const tooManyValues = (max: number) =>
+  new ApiError(413, 'PAYLOAD_TOO_LARGE', `The request body holds more keys and elements than this route takes (at most ${max})`, { maxValues: max })
+
+const stringTooLong = (max: number) =>
+  new ApiError(413, 'PAYLOAD_TOO_LARGE', `The request body holds a string longer than this route takes (at most ${max} bytes)`, { maxStringBytes: max })
+
+/**
+ * Parses a JSON body: empty is undefined; too deep, malformed or unparseable is Invalid (a 400);
+ * more values or a longer string than the route takes is a 413, before parsing.
+ */
+export function parseJsonBody(body: Buffer, limits: number | JsonShapeLimits): unknown {
   if (body.length === 0) return undefined
-  if (jsonDeeperThan(body, maxDepth)) throw jsonTooDeep(maxDepth)
+  const shape = typeof limits === 'number' ? { maxDepth: limits } : limits
+  const broken = jsonShapeBreaks(body, shape)
+  if (broken === 'depth') throw jsonTooDeep(shape.maxDepth)
+  if (broken === 'values') throw tooManyValues(shape.maxValues!)
+  if (broken === 'string') throw stringTooLong(shape.maxStringBytes!)
   try {
     return JSON.parse(body.toString('utf8'))
   } catch {
