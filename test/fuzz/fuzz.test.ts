@@ -19,7 +19,7 @@ import addFormats from 'ajv-formats'
 import { request } from 'node:http'
 import { connect } from 'node:net'
 import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { availableParallelism, loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { API_KEYS, KEYS } from '../support/harness.js'
 import { startProcess, waitHealthy, type Proc } from '../support/processes.js'
@@ -205,7 +205,8 @@ class LoopWatch {
         // The largest bodies first: what costs the loop most, if anything in flight did.
         const flying = [...this.inFlight.values()].sort((a, b) => b.bytes - a.bytes)
         const what = [...flying.slice(0, 6).map(w => w.what), ...(flying.length > 6 ? [`and ${flying.length - 6} more`] : [])]
-        if (ms >= this.limitMs) this.stalls.push(`loop delay ${Math.round(ms)} ms while in flight: ${what.join(' || ') || '(nothing)'}`)
+        // The machine's load says whether the OS, not the service, may have held the loop back.
+        if (ms >= this.limitMs) this.stalls.push(`loop delay ${Math.round(ms)} ms (load average ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} cores) while in flight: ${what.join(' || ') || '(nothing)'}`)
         if (this.worst.length < 3 || ms > this.worst[2]!.ms) {
           this.worst.push({ ms, what })
           this.worst.sort((a, b) => b.ms - a.ms).splice(3)
@@ -230,6 +231,16 @@ class LoopWatch {
   async stop() {
     this.running = false
     await this.done
+  }
+
+  /** Major collections of the process: how many, and how many paused it 100 ms or more (prom-client's nodejs_gc_duration_seconds). */
+  async majorCollections(): Promise<string> {
+    const text = await (await fetch(`${this.metricsBase}/metrics`)).text()
+    const count = (le: string) => {
+      const line = text.split('\n').find(l => l.startsWith(`nodejs_gc_duration_seconds_bucket{le="${le}",kind="major"} `))
+      return line ? Number(line.split(' ')[1]) : 0
+    }
+    return `${count('+Inf')} major collections, ${count('+Inf') - count('0.1')} of 100 ms or more`
   }
 }
 
@@ -446,7 +457,7 @@ t.test('fuzz: hostile requests against a real service process', async t => {
   )
   t.notOk(junk.failed, `random bytes on a raw socket (seed ${SEED}${junk.failed ? `, path ${junk.counterexamplePath}: ${String(junk.errorInstance).slice(0, 300)}` : ''})`)
   await watch.stop()
-  console.log(`# longest event-loop delay: ${Math.round(watch.maxMs)} ms over ${watch.windows} windows of ${WATCH_EVERY_MS} ms`)
+  console.log(`# longest event-loop delay: ${Math.round(watch.maxMs)} ms over ${watch.windows} windows of ${WATCH_EVERY_MS} ms; ${await watch.majorCollections()}`)
   for (const { ms, what } of watch.worst) console.log(`#   ${Math.round(ms)} ms: ${what.join(' || ') || '(nothing in flight)'}`)
   t.same(watch.stalls, [], `no window's loop delay reached ${STALL_MS} ms (longest ${Math.round(watch.maxMs)} ms, ${watch.windows} windows; seed ${SEED})`)
 
