@@ -57,13 +57,19 @@ function scheduleIssues(contacts: unknown[], now: number): ValidationIssue[] {
   return issues
 }
 
+/**
+ * The problems an error carries: as many as an error body keeps of a list (gateway/errors.ts).
+ * A body can hold hundreds of thousands; the validation thread hands its error to the loop by
+ * copy, and the loop would spend seconds reading them back only to cut them.
+ */
+const MAX_DETAILS = 1000
+
 function validationFailed(issues: ValidationIssue[]): Invalid {
-  const details = toDetails(issues)
-  const contactsAffected = new Set(details.map(d => d.index).filter(i => i !== null)).size
+  const contactsAffected = new Set(issues.map(issue => indexOf(issue.field)).filter(i => i !== null)).size
   return new Invalid(
     'VALIDATION_FAILED',
-    `Validation failed: ${details.length} problem(s) in ${contactsAffected} contact(s); nothing was queued`,
-    { details },
+    `Validation failed: ${issues.length} problem(s) in ${contactsAffected} contact(s); nothing was queued`,
+    { details: toDetails(issues.slice(0, MAX_DETAILS)) },
   )
 }
 

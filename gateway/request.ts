@@ -134,36 +134,74 @@ const hasBody = (head: RequestHead) =>
   head.headers['transfer-encoding'] !== undefined || Number(head.headers['content-length'] ?? 0) > 0
 
 export const bodyTooLarge = (limit: number) =>
-  new ApiError(413, 'PAYLOAD_TOO_LARGE', `Request body exceeds the limit of ${limit} bytes`)
+  new ApiError(413, 'PAYLOAD_TOO_LARGE', `Request body exceeds the limit of ${limit} bytes`, { maxBytes: limit })
 
-/** Buffers the whole body up to `limit` bytes; rejects with 413 beyond it. */
-export function readBody(res: HttpResponse, head: RequestHead, limit: number): Promise<Buffer> {
+/**
+ * Buffers the whole body up to `limit` bytes; rejects with 413 beyond it. A body over the limit
+ * is refused as soon as it crosses it (nothing more is kept) but its rest is still read and
+ * dropped, up to `drainBytes` more and `drainMs`, before the 413 goes out: an answer sent while
+ * the client still sends makes uWS close the connection under it, and the client sees a reset
+ * instead of the answer. Past either bound (or a body declared beyond it) the 413 goes out at
+ * once and the connection is closed.
+ */
+export function readBody(res: HttpResponse, head: RequestHead, limit: number, drainBytes = limit, drainMs = 2000): Promise<Buffer> {
   if (!hasBody(head)) return Promise.resolve(Buffer.alloc(0))
   const declared = Number(head.headers['content-length'] ?? 0)
-  if (declared > limit) return Promise.reject(bodyTooLarge(limit))
+  if (declared > limit + drainBytes) {
+    head.closeConnection = true
+    return Promise.reject(bodyTooLarge(limit))
+  }
   return new Promise((resolve, reject) => {
+    // Sized: one buffer of its length, each chunk copied into it (no second copy to join them).
+    let whole = declared > 0 && declared <= limit ? Buffer.allocUnsafe(declared) : undefined
     const chunks: Buffer[] = []
     let size = 0
-    let failed = false
+    let over = false
+    let settled = false
+    let timer: NodeJS.Timeout | undefined
+    const fail = (error: unknown) => {
+      settled = true
+      chunks.length = 0
+      whole = undefined
+      clearTimeout(timer)
+      reject(error)
+    }
+    const refuse = () => {
+      over = true
+      chunks.length = 0
+      whole = undefined
+      timer = setTimeout(() => {
+        head.closeConnection = true
+        if (!settled) fail(bodyTooLarge(limit))
+      }, drainMs)
+    }
+    if (declared > limit) refuse()
     res.onData((chunk, isLast) => {
-      if (failed) return
+      if (settled) return
       // A throw here would surface in uWS's native callback as an uncaught exception.
       try {
         size += chunk.byteLength
-        if (size > limit) {
-          failed = true
-          reject(bodyTooLarge(limit))
+        if (!over && size > limit) refuse()
+        if (over) {
+          if (isLast) return fail(bodyTooLarge(limit))
+          if (size > limit + drainBytes) {
+            head.closeConnection = true
+            fail(bodyTooLarge(limit))
+          }
           return
         }
-        // Copied now: uWS reuses the chunk's memory once this returns. A body in one chunk (most
-        // of them) is that copy; only a body in several is joined.
+        // Copied now: uWS reuses the chunk's memory once this returns.
+        if (whole) {
+          whole.set(new Uint8Array(chunk), size - chunk.byteLength)
+          if (isLast) resolve(size === whole.length ? whole : whole.subarray(0, size))
+          return
+        }
         const copy = Buffer.from(chunk.slice(0))
         if (isLast && chunks.length === 0) return resolve(copy)
         chunks.push(copy)
         if (isLast) resolve(Buffer.concat(chunks, size))
       } catch (error) {
-        failed = true
-        reject(error)
+        fail(error)
       }
     })
   })
@@ -254,15 +292,32 @@ const CLOSE_BRACE = 0x7d
 const CLOSE_BRACKET = 0x5d
 const QUOTE = 0x22
 const BACKSLASH = 0x5c
+const COMMA = 0x2c
+const COLON = 0x3a
+
+/** What a JSON body may hold before it is parsed: its nesting, and the route's bounds (schemas/body-bounds.ts). */
+export interface JsonShapeLimits {
+  maxDepth: number
+  /** Keys plus array elements. */
+  maxValues?: number
+  /** Bytes of the longest string, key or value, quotes included. */
+  maxStringBytes?: number
+}
 
 /**
- * True when the JSON text nests objects/arrays deeper than `max`. One linear pass over the bytes
- * (no recursion), so it is safe on any input; JSON.parse and everything after it (schema
- * validation, serialization, persistence) recurse and overflow the stack on deep enough values.
- * Brackets inside strings do not count; UTF-8 continuation bytes never equal these ASCII bytes.
+ * Which bound of `limits` the JSON text breaks, or undefined. One linear pass over the bytes (no
+ * recursion), so it is safe on any input, and it stops at the first bound broken: JSON.parse and
+ * everything after it (schema validation, serialization, persistence) recurse and overflow the
+ * stack on deep enough values, and cost in proportion to the values and string lengths they
+ * meet. Values are counted by their separators: an object of k keys has k colons and k - 1
+ * commas, an array of n elements n - 1 commas, so a body of v values has at most 2 v. Brackets
+ * and separators inside strings do not count; UTF-8 continuation bytes never equal these ASCII bytes.
  */
-export function jsonDeeperThan(bytes: Buffer, max: number): boolean {
+export function jsonShapeBreaks(bytes: Buffer, limits: JsonShapeLimits): 'depth' | 'values' | 'string' | undefined {
+  const maxSeparators = 2 * (limits.maxValues ?? Infinity)
+  const maxString = limits.maxStringBytes ?? Infinity
   let depth = 0
+  let separators = 0
   for (let i = 0; i < bytes.length; i++) {
     const byte = bytes[i]
     if (byte === QUOTE) {
@@ -274,22 +329,43 @@ export function jsonDeeperThan(bytes: Buffer, max: number): boolean {
         if (slashes % 2 === 0) break
         end = bytes.indexOf(QUOTE, end + 1)
       }
-      if (end === -1) return false // unterminated: JSON.parse reports it
+      if (end === -1) return undefined // unterminated: JSON.parse reports it
+      if (end - i + 1 > maxString) return 'string'
       i = end
+    } else if (byte === COMMA || byte === COLON) {
+      if (++separators > maxSeparators) return 'values'
     } else if (byte === OPEN_BRACE || byte === OPEN_BRACKET) {
-      if (++depth > max) return true
+      if (++depth > limits.maxDepth) return 'depth'
     } else if (byte === CLOSE_BRACE || byte === CLOSE_BRACKET) depth--
   }
-  return false
+  return undefined
+}
+
+/** True when the JSON text nests objects/arrays deeper than `max` (jsonShapeBreaks, depth alone). */
+export function jsonDeeperThan(bytes: Buffer, max: number): boolean {
+  return jsonShapeBreaks(bytes, { maxDepth: max }) === 'depth'
 }
 
 export const jsonTooDeep = (max: number) =>
   new Invalid('JSON_TOO_DEEP', `The request body nests objects and arrays deeper than ${max} levels`, { maxDepth: max })
 
-/** Parses a JSON body: empty is undefined; too deep, malformed or unparseable is Invalid (a 400). */
-export function parseJsonBody(body: Buffer, maxDepth: number): unknown {
+const tooManyValues = (max: number) =>
+  new ApiError(413, 'PAYLOAD_TOO_LARGE', `The request body holds more keys and elements than this route takes (at most ${max})`, { maxValues: max })
+
+const stringTooLong = (max: number) =>
+  new ApiError(413, 'PAYLOAD_TOO_LARGE', `The request body holds a string longer than this route takes (at most ${max} bytes)`, { maxStringBytes: max })
+
+/**
+ * Parses a JSON body: empty is undefined; too deep, malformed or unparseable is Invalid (a 400);
+ * more values or a longer string than the route takes is a 413, before parsing.
+ */
+export function parseJsonBody(body: Buffer, limits: number | JsonShapeLimits): unknown {
   if (body.length === 0) return undefined
-  if (jsonDeeperThan(body, maxDepth)) throw jsonTooDeep(maxDepth)
+  const shape = typeof limits === 'number' ? { maxDepth: limits } : limits
+  const broken = jsonShapeBreaks(body, shape)
+  if (broken === 'depth') throw jsonTooDeep(shape.maxDepth)
+  if (broken === 'values') throw tooManyValues(shape.maxValues!)
+  if (broken === 'string') throw stringTooLong(shape.maxStringBytes!)
   try {
     return JSON.parse(body.toString('utf8'))
   } catch {

@@ -14,7 +14,7 @@ import type { AuthThrottle } from './auth-throttle.js'
 import { BodyStream, DEFAULT_HEAD_LIMITS, paramNames, parseJsonBody, readBody, readHead, type HeadLimits, type RequestHead } from './request.js'
 import { Reply } from './response.js'
 import { mountConsole } from './static.js'
-import { validatedInput } from './validation.js'
+import { bodyLimitsOf, validatedInput, type BodyLimits } from './validation.js'
 import { ApiError, httpError, type JsonResult, type RequestContext, type Route, type SocketLink, type SocketRoute, type StreamSink } from '../platform/http.js'
 import { offeredProtocols, originAllowed, SOCKET_CLOSE, socketBehavior, type SocketData, type SocketLimits } from './websocket.js'
 import type { Principal } from '../platform/principal.js'
@@ -133,6 +133,7 @@ export class Gateway {
   private register(route: Route) {
     if (route.kind === 'socket') return this.registerSocket(route)
     const names = paramNames(route.path)
+    const limits = bodyLimitsOf(route, this.options)
     this.app[route.method](route.path, (res, req) =>
       this.accept(res, req, names, route.path, x => {
         const head = x.head!
@@ -142,10 +143,10 @@ export class Gateway {
           ? NO_BODY
           : route.kind === 'upload'
             ? new BodyStream(res, head, this.options.maxUploadBytes)
-            : readBody(res, head, this.options.maxBodyBytes)
+            : readBody(res, head, limits.bytes, this.options.maxBodyBytes)
         if (body instanceof Promise) body.catch(() => {}) // a 401 may answer before the body is read
-        if (body === NO_BODY) return this.serve(route, x, body)
-        return this.serve(route, x, body).catch(async error => {
+        if (body === NO_BODY) return this.serve(route, x, body, limits)
+        return this.serve(route, x, body, limits).catch(async error => {
           // An answer sent while the client still sends its body makes uWS close the connection
           // under it, and the client sees a reset instead of our answer: read the rest first,
           // within bounds (a JSON body is capped by maxBodyBytes already).
@@ -246,13 +247,12 @@ export class Gateway {
     return 101
   }
 
-  private async serve(route: Exclude<Route, SocketRoute>, x: Exchange, body: Promise<Buffer> | BodyStream): Promise<number> {
+  private async serve(route: Exclude<Route, SocketRoute>, x: Exchange, body: Promise<Buffer> | BodyStream, limits: BodyLimits): Promise<number> {
     const { head, reply, requestId } = x as Required<Pick<Exchange, 'head'>> & Exchange
     if (head.problem) throw head.problem
     // A key verified lately, while no address is held back for failures: no digest, nothing awaited (gateway/auth.ts).
     const known = route.role === null || this.options.authThrottle.active ? undefined : this.options.keys.verified(head.headers['apikey'])
     const principal = known && known.roles.has(route.role!) ? known : await this.authorize(route, head)
-    const maxJsonDepth = this.options.maxJsonDepth
     // Built whole (no spread: it would read the query getter and parse every query string).
     const context = (bytes: Buffer): RequestContext => ({
       method: head.method,
@@ -268,7 +268,7 @@ export class Gateway {
         return reply.abortedPromise
       },
       body: bytes,
-      json: () => parseJsonBody(bytes, maxJsonDepth),
+      json: () => parseJsonBody(bytes, limits.json),
       input: undefined,
     })
     if (route.kind === 'upload') return this.respond(reply, await route.handle(context(NO_BYTES), body as BodyStream), requestId)

@@ -10,7 +10,7 @@ export const CHANNEL_SUBPROTOCOL = 'switchboard.channel.v1'
 
 /** The client's id of a frame, echoed by its ack or error. */
 const frameId = { type: ['string', 'integer'], minLength: 1, maxLength: 128, minimum: 0, maximum: Number.MAX_SAFE_INTEGER, 'x-expected': 'a string of 1-128 characters or a non-negative integer' } as const
-const uuid = { type: 'string', format: 'uuid', 'x-expected': 'a UUID' } as const
+const uuid = { type: 'string', format: 'uuid', maxLength: 36, 'x-expected': 'a UUID' } as const
 
 const frame = <const T extends string, const P extends Record<string, unknown>, const R extends readonly string[]>(type: T, properties: P, required: R) =>
   ({

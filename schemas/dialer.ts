@@ -71,7 +71,7 @@ export const contact = {
 } as const
 
 const weekday = { type: 'string', enum: ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'] } as const
-const clockTime = { type: 'string', pattern: '^([01][0-9]|2[0-3]):[0-5][0-9]$', 'x-expected': 'HH:MM (24 h)' } as const
+const clockTime = { type: 'string', maxLength: 5, pattern: '^([01][0-9]|2[0-3]):[0-5][0-9]$', 'x-expected': 'HH:MM (24 h)' } as const
 
 export const batchRules = {
   type: 'object',
@@ -95,7 +95,7 @@ export const batchRules = {
       },
     },
     timeZone: { type: 'string', minLength: 1, maxLength: 64, 'x-expected': 'an IANA time-zone name' },
-    blockedDates: { type: 'array', maxItems: 366, items: { type: 'string', format: 'date' } },
+    blockedDates: { type: 'array', maxItems: 366, items: { type: 'string', maxLength: 10, format: 'date' } },
     priorityOrder: { type: 'string', enum: ['contactPriority', 'scheduledAt'] },
     finalOutcomes: { type: 'array', uniqueItems: true, maxItems: OUTCOMES.length, items: { type: 'string', enum: OUTCOMES } },
     provider: { type: 'string', enum: PROVIDERS, 'x-expected': 'simulated, webhook or assistant (assistant: phone and whatsapp batches)' },

@@ -1,13 +1,17 @@
 // The fuzz suite (issue 10): property-based, over every operation of the published
-// /openapi.json, against a real service process over HTTP, plus raw sockets for what lies
-// below HTTP parsing. After every request: the process lives, no 5xx, every 4xx is JSON with
-// `code` and `message`, an answer within 5 s, no API key echoed, no other account's data (the
-// requests are account A's; no answer, listings included, holds an id, contact identifier or
-// address that only account B has, unless the request itself carried it), and a body that
-// matches the document where the document describes it. A property that throws fails the run
-// like a broken invariant. Valid flows still work at the end.
+// /openapi.json, against a real service process over HTTP, four requests in flight at a time,
+// plus raw sockets for what lies below HTTP parsing. After every request: the process lives, no
+// 5xx (a 503 only for a capacity the run itself filled), every 4xx is JSON with `code` and
+// `message`, an answer within 5 s, no API key echoed, no other account's data (the requests are
+// account A's; no answer, listings included, holds an id, contact identifier or address that
+// only account B has, unless the request itself carried it), and a body that matches the
+// document where the document describes it. A property that throws fails the run like a broken
+// invariant. Throughout, the process's event-loop delay is read every 200 ms: a window whose
+// longest delay reaches FUZZ_STALL_MS fails the run, naming the requests in flight. Valid flows
+// still work at the end.
 //
 //   FUZZ_SECONDS=60 (default 45 here; `make fuzz` runs 600)   FUZZ_SEED=<n> [FUZZ_PATH=<p>] to replay
+//   FUZZ_STALL_MS: the longest loop delay allowed (`make fuzz`: 100; default 400, see STALL_MS)
 import t from 'tap'
 import fc from 'fast-check'
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js'
@@ -15,7 +19,7 @@ import addFormats from 'ajv-formats'
 import { request } from 'node:http'
 import { connect } from 'node:net'
 import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { availableParallelism, loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { API_KEYS, KEYS } from '../support/harness.js'
 import { startProcess, waitHealthy, type Proc } from '../support/processes.js'
@@ -26,6 +30,20 @@ const SEED = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : Date.now() 
 const PATH = process.env.FUZZ_PATH
 const ANSWER_WITHIN_MS = 5000
 const SECRETS = Object.values(KEYS)
+/** Requests in flight at once, as a client with a small pool sends them. */
+const IN_FLIGHT = 4
+/**
+ * The longest event-loop delay a window may see. `make fuzz` holds the service to 100 ms. The
+ * run inside `make test` shares two cores with another test file and this process's own client
+ * (fast-check, the answer checks), and what it measures is a timer's lateness: a process the OS
+ * leaves waiting for a core is late too, for the machine's reasons. Stalls of the service's own
+ * (a 5 MB body validated whole: 1-13 s) stay far past 400 ms, so the short run still catches them.
+ */
+const STALL_MS = Number(process.env.FUZZ_STALL_MS ?? 400)
+/** How often the loop's delay is read: the longest delay since the last read (the window). */
+const WATCH_EVERY_MS = 200
+/** 503 refusals the run may cause by filling a capacity itself, by the `reason` the answer gives. */
+const CAPACITY_REASONS = new Set(['streams', 'supervision_streams', 'turns'])
 
 interface Answer {
   status: number
@@ -113,7 +131,7 @@ type ForeignData = Array<[string, string]>
 /** Why an answer breaks an invariant, or null. */
 function violation(r: FuzzRequest, answer: Answer | string, validatorFor: ReturnType<typeof responseValidators>, foreign: ForeignData): string | null {
   if (typeof answer === 'string') return answer.startsWith('client refused') ? null : answer
-  if (answer.status >= 500) return `status ${answer.status}: ${answer.text.slice(0, 300)}`
+  if (answer.status >= 500 && !refusedForCapacity(answer)) return `status ${answer.status}: ${answer.text.slice(0, 300)}`
   for (const secret of SECRETS) if (answer.text.includes(secret)) return 'an API key was echoed in the answer'
   // Every request is account A's (or no account's): B's data may only come back as an echo of
   // what the request carried (a 404 naming the id it was asked for).
@@ -137,6 +155,97 @@ function violation(r: FuzzRequest, answer: Answer | string, validatorFor: Return
   }
   return null
 }
+
+/** A 503 OVERLOADED for a capacity the run filled itself (streams, turns): not one for a late or busy loop. */
+function refusedForCapacity(answer: Answer): boolean {
+  if (answer.status !== 503) return false
+  try {
+    const body = JSON.parse(answer.text)
+    return body.code === 'OVERLOADED' && CAPACITY_REASONS.has(body.reason)
+  } catch {
+    return false
+  }
+}
+
+/**
+ * Reads the process's longest event-loop delay every WATCH_EVERY_MS from its /metrics
+ * (nodejs_eventloop_lag_max_seconds: prom-client's monitorEventLoopDelay, reset by each read,
+ * 10 ms resolution), and names what was in flight in each window that reached `limitMs`.
+ */
+class LoopWatch {
+  maxMs = 0
+  windows = 0
+  readonly stalls: string[] = []
+  /** The longest windows and what was in flight in each, longest first. */
+  readonly worst: Array<{ ms: number; what: string[] }> = []
+  private readonly inFlight = new Map<number, { what: string; bytes: number; ended?: number }>()
+  private next = 0
+  private running = false
+  private done: Promise<void> = Promise.resolve()
+
+  constructor(private readonly metricsBase: string, private readonly limitMs: number) {}
+
+  private async read(): Promise<number> {
+    const text = await (await fetch(`${this.metricsBase}/metrics`)).text()
+    const max = /^nodejs_eventloop_lag_max_seconds (\S+)$/m.exec(text)?.[1]
+    if (max === undefined) throw new Error('nodejs_eventloop_lag_max_seconds is not in /metrics')
+    return Number(max) * 1000
+  }
+
+  async start() {
+    await this.read() // the window starts now, not at the process's start
+    this.running = true
+    this.done = (async () => {
+      while (this.running) {
+        await new Promise(r => setTimeout(r, WATCH_EVERY_MS))
+        // A read that fails (the process gone) is the other checks' to report.
+        const ms = await this.read().catch(() => 0)
+        this.windows++
+        this.maxMs = Math.max(this.maxMs, ms)
+        // The largest bodies first: what costs the loop most, if anything in flight did.
+        const flying = [...this.inFlight.values()].sort((a, b) => b.bytes - a.bytes)
+        const what = [...flying.slice(0, 6).map(w => w.what), ...(flying.length > 6 ? [`and ${flying.length - 6} more`] : [])]
+        // The machine's load says whether the OS, not the service, may have held the loop back.
+        if (ms >= this.limitMs) this.stalls.push(`loop delay ${Math.round(ms)} ms (load average ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} cores) while in flight: ${what.join(' || ') || '(nothing)'}`)
+        if (this.worst.length < 3 || ms > this.worst[2]!.ms) {
+          this.worst.push({ ms, what })
+          this.worst.sort((a, b) => b.ms - a.ms).splice(3)
+        }
+        for (const [id, w] of this.inFlight) if (w.ended !== undefined) this.inFlight.delete(id)
+      }
+    })()
+  }
+
+  /** Runs `work` labelled `what` (carrying a body of `bytes`): a window it overlaps names it. */
+  async during<T>(what: string, work: () => Promise<T>, bytes = 0): Promise<T> {
+    const id = this.next++
+    const entry: { what: string; bytes: number; ended?: number } = { what, bytes }
+    this.inFlight.set(id, entry)
+    try {
+      return await work()
+    } finally {
+      entry.ended = Date.now()
+    }
+  }
+
+  async stop() {
+    this.running = false
+    await this.done
+  }
+
+  /** Major collections of the process: how many, and how many paused it 100 ms or more (prom-client's nodejs_gc_duration_seconds). */
+  async majorCollections(): Promise<string> {
+    const text = await (await fetch(`${this.metricsBase}/metrics`)).text()
+    const count = (le: string) => {
+      const line = text.split('\n').find(l => l.startsWith(`nodejs_gc_duration_seconds_bucket{le="${le}",kind="major"} `))
+      return line ? Number(line.split(' ')[1]) : 0
+    }
+    return `${count('+Inf')} major collections, ${count('+Inf') - count('0.1')} of 100 ms or more`
+  }
+}
+
+const describe = (r: FuzzRequest) =>
+  `${r.method} ${r.path.slice(0, 120)}${r.body === undefined ? '' : ` [${r.body.length} B${r.chunked ? ' chunked' : ''}: ${r.body.slice(0, 40)}]`}`
 
 async function json(base: string, method: string, path: string, body?: unknown, key: string = KEYS.acme) {
   const res = await fetch(base + path, { method, headers: { apikey: key, 'content-type': 'application/json', userid: 'fuzz-setup' }, body: body === undefined ? undefined : JSON.stringify(body) })
@@ -270,6 +379,11 @@ t.test('fuzz: hostile requests against a real service process', async t => {
     LOG_LEVEL: 'error',
     DATA_DIR: mkdtempSync(join(tmpdir(), 'sb-fuzz-')),
     AUTH_FAILURE_LIMIT: '0', // the fuzzer sends wrong keys on purpose; the throttle has its own tests
+    // `make fuzz`: load shedding as deployed (FUZZ_OVERLOAD_LOOP_DELAY_MS=200), so a loop the run
+    // stalls refuses new sessions and messages with 503 and the run sees it. Inside `make test`
+    // it is off, as in the other test processes: there the machine itself (two cores, another
+    // test file beside it) makes the loop late, and the stall bound above watches the loop.
+    OVERLOAD_LOOP_DELAY_MS: process.env.FUZZ_OVERLOAD_LOOP_DELAY_MS ?? '0',
     SSE_HEARTBEAT_MS: '60000',
     // The engine's write thread as the machine's cores default it (off on CI's two);
     // FUZZ_WRITE_THREAD=1 or 0 chooses.
@@ -286,21 +400,24 @@ t.test('fuzz: hostile requests against a real service process', async t => {
   let sent = 0
   const reached = new Set<string>()
 
-  console.log(`# fuzz seed ${SEED}${PATH ? ` path ${PATH}` : ''}, ${SECONDS} s; replay with FUZZ_SEED=${SEED}`)
-  const property = fc.asyncProperty(
-    fc.constantFrom(...operations).chain(op => requestFor(op, fixtures)),
-    async request => {
-      sent++
-      reached.add(request.operation)
-      const answer = await send(proc.port, request)
-      const problem = violation(request, answer, validatorFor, foreign) ?? (proc.alive() ? null : `the process exited: ${proc.output().slice(-2000)}`)
-      if (problem) {
-        failures.push(`${request.method} ${request.path.slice(0, 200)} → ${problem}`)
-        return false
-      }
-      return true
-    },
-  )
+  console.log(`# fuzz seed ${SEED}${PATH ? ` path ${PATH}` : ''}, ${SECONDS} s, ${IN_FLIGHT} in flight, loop delay under ${STALL_MS} ms; replay with FUZZ_SEED=${SEED}`)
+  const watch = new LoopWatch(proc.metricsBase, STALL_MS)
+  await watch.start()
+  const request1 = fc.constantFrom(...operations).chain(op => requestFor(op, fixtures))
+  const property = fc.asyncProperty(fc.array(request1, { minLength: IN_FLIGHT, maxLength: IN_FLIGHT }), async requests => {
+    const problems = await Promise.all(
+      requests.map(async request => {
+        sent++
+        reached.add(request.operation)
+        const answer = await watch.during(describe(request), () => send(proc.port, request), request.body?.length)
+        const problem = violation(request, answer, validatorFor, foreign) ?? (proc.alive() ? null : `the process exited: ${proc.output().slice(-2000)}`)
+        return problem ? `${request.method} ${request.path.slice(0, 200)} → ${problem}` : null
+      }),
+    )
+    const found = problems.filter((p): p is string => p !== null)
+    failures.push(...found)
+    return found.length === 0
+  })
   const result = await fc.check(property, {
     seed: SEED,
     ...(PATH ? { path: PATH } : {}),
@@ -314,8 +431,8 @@ t.test('fuzz: hostile requests against a real service process', async t => {
   let counterexample = ''
   if (result.failed) {
     console.log(`# fuzz failure: FUZZ_SEED=${result.seed} FUZZ_PATH=${result.counterexamplePath}`)
-    const example = result.counterexample?.[0]
-    counterexample = JSON.stringify({ ...example, path: example?.path.slice(0, 300), body: example?.body?.slice(0, 300), bodyBytes: example?.body?.length })
+    const examples = result.counterexample?.[0] ?? []
+    counterexample = JSON.stringify(examples.map(example => ({ ...example, path: example.path.slice(0, 300), body: example.body?.slice(0, 300), bodyBytes: example.body?.length })))
     console.log(`# counterexample: ${counterexample}`)
   }
   const error = result.errorInstance instanceof Error ? result.errorInstance.message : String(result.errorInstance)
@@ -329,18 +446,22 @@ t.test('fuzz: hostile requests against a real service process', async t => {
   t.ok(reached.size >= Math.min(operations.length, 30) || PATH, `reached ${reached.size} of ${operations.length} operations`)
 
   for (const head of RAW_HEADS) {
-    const outcome = await rawExchange(proc.port, Buffer.from(head, 'latin1'))
+    const outcome = await watch.during(`raw head ${JSON.stringify(head.slice(0, 40))}`, () => rawExchange(proc.port, Buffer.from(head, 'latin1')))
     t.notMatch(outcome, /^HTTP\/1\.1 5/, `raw head ${JSON.stringify(head.slice(0, 40))}: ${outcome}`)
     t.ok(proc.alive(), 'the process lives')
   }
   const junk = await fc.check(
     fc.asyncProperty(fc.uint8Array({ minLength: 1, maxLength: 4096 }), async bytes => {
-      const outcome = await rawExchange(proc.port, Buffer.from(bytes))
+      const outcome = await watch.during(`${bytes.length} random bytes`, () => rawExchange(proc.port, Buffer.from(bytes)))
       return !/^HTTP\/1\.1 5/.test(outcome) && proc.alive()
     }),
     { seed: SEED, numRuns: 20 },
   )
   t.notOk(junk.failed, `random bytes on a raw socket (seed ${SEED}${junk.failed ? `, path ${junk.counterexamplePath}: ${String(junk.errorInstance).slice(0, 300)}` : ''})`)
+  await watch.stop()
+  console.log(`# longest event-loop delay: ${Math.round(watch.maxMs)} ms over ${watch.windows} windows of ${WATCH_EVERY_MS} ms; ${await watch.majorCollections()}`)
+  for (const { ms, what } of watch.worst) console.log(`#   ${Math.round(ms)} ms: ${what.join(' || ') || '(nothing in flight)'}`)
+  t.same(watch.stalls, [], `no window's loop delay reached ${STALL_MS} ms (longest ${Math.round(watch.maxMs)} ms, ${watch.windows} windows; seed ${SEED})`)
 
   // Valid flows still work after all of it.
   t.equal((await fetch(`${proc.base}/healthz`)).status, 200, 'healthy at the end')

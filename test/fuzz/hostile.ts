@@ -120,6 +120,38 @@ function goodBody(op: Operation): Record<string, unknown> {
   return structuredClone(GOOD_BODIES.find(([pattern]) => pattern.test(key))?.[1] ?? {})
 }
 
+const MiB = 1024 * 1024
+
+/**
+ * Bodies as large as MAX_BODY_BYTES (5 MiB) allows, just under and just over it, in the shapes
+ * that cost a parser and a validator most: one long string, a million numbers, a million empty
+ * objects, hundreds of thousands of keys.
+ */
+const largeBodies = new Map<string, string>() // built once each: the generator runs per request
+const largeBody: fc.Arbitrary<string> = fc
+  .tuple(fc.constantFrom('string', 'numbers', 'objects', 'keys'), fc.constantFrom(MiB, 5 * MiB - 64, 5 * MiB + 64))
+  .map(([shape, size]) => {
+    const key = `${shape} ${size}`
+    if (!largeBodies.has(key)) largeBodies.set(key, buildLargeBody(shape, size))
+    return largeBodies.get(key)!
+  })
+
+function buildLargeBody(shape: string, size: number): string {
+  switch (shape) {
+    case 'string':
+      return `{"message":"${'x'.repeat(size - 14)}"}`
+    case 'numbers':
+      return `[${'1,'.repeat(Math.floor(size / 2) - 1)}1]`
+    case 'objects':
+      return `{"context":[${'{},'.repeat(Math.floor(size / 3) - 5)}{}]}`
+    default: {
+      const keys: string[] = []
+      for (let i = 0, bytes = 2; bytes < size; i++) bytes += (keys[i] = `"k${i}":1`).length + 1
+      return `{${keys.join(',')}}`
+    }
+  }
+}
+
 const bodyFor = (op: Operation): fc.Arbitrary<{ text: string | undefined; contentType: string | undefined }> => {
   const json = (value: unknown) => ({ text: JSON.stringify(value), contentType: 'application/json' as string | undefined })
   const good = goodBody(op)
@@ -144,6 +176,7 @@ const bodyFor = (op: Operation): fc.Arbitrary<{ text: string | undefined; conten
         .constantFrom(undefined, 'text/plain', 'application/x-www-form-urlencoded', 'text/csv', 'application/json; charset=latin1', '')
         .map(contentType => ({ text: JSON.stringify(good), contentType })),
     },
+    { weight: 1, arbitrary: largeBody.map(text => ({ text, contentType: 'application/json' as string | undefined })) },
     { weight: 1, arbitrary: fc.constant({ text: undefined, contentType: undefined }) },
   )
 }
@@ -175,6 +208,8 @@ export function requestFor(op: Operation, fixtures: Fixtures): fc.Arbitrary<Fuzz
       'last-event-id': fc.constantFrom('1', '0', '-1', '9007199254740993', '1e309', 'abc', ' 5 ', 'x'.repeat(500)),
       'idempotency-key': fc.constantFrom('k1', '', ' ', 'x'.repeat(256), 'ñandú', 'fuzz-key-1'),
       userid: fc.constantFrom('supervisor-1', '', ' ', 'x'.repeat(300), 'a\tb'),
+      // Said of a body that is not compressed.
+      'content-encoding': fc.constantFrom('gzip', 'br', 'identity'),
     },
     { requiredKeys: [] },
   )
