@@ -74,6 +74,13 @@ function validationFailed(issues: ValidationIssue[]): Invalid {
 }
 
 /**
+ * A contact at the root of more keys and elements than this is refused at its first problem: one
+ * contact holds a few hundred values at most, and listing each of a 5 MB object's keys took
+ * seconds on a busy machine (a load's rows, each its own problems, are still listed in full).
+ */
+const ONE_CONTACT_EVERY_PROBLEM_UP_TO = 2000
+
+/**
  * Accepts a single contact at the root or `{contacts: [...]}` (1..1000). Field paths always
  * use the `contacts[i]` form, so a single root contact is `contacts[0]`.
  */
@@ -96,7 +103,7 @@ export function parseContactsBody(body: unknown, now: number): ContactInput[] {
       })
     }
   }
-  const issues = multi ? schemas.validate('dialer.contacts.insert', body) : schemas.validate('dialer.contact', body, 'contacts[0]')
+  const issues = multi ? schemas.validate('dialer.contacts.insert', body) : schemas.validate('dialer.contact', body, 'contacts[0]', { everyProblemUpTo: ONE_CONTACT_EVERY_PROBLEM_UP_TO })
   const contacts: unknown = multi ? (body as { contacts: unknown }).contacts : [body]
   if (Array.isArray(contacts)) {
     // Time rules only for values whose format is already valid.
